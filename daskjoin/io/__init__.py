@@ -1,0 +1,1 @@
+"""Reading points (Zarr, numpy, dask), importing files, synthetic data and Parquet output."""

@@ -1,0 +1,33 @@
+"""The exact decision every kernel shares.
+
+A pair is in the result iff ``s <= eps * eps``, where ``s`` is the float64 sum,
+accumulated over dimensions 0..d-1 in that order, of ``(p_k - q_k) ** 2`` (with
+``p``, ``q`` the stored values converted to float64) and ``eps * eps`` is
+rounded to float64.  This is cKDTree's convention of comparing squared
+distances; fixing the summation order makes every kernel, backend and
+partitioning agree bit for bit on pairs at exactly ``eps``.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+def eps_squared(eps: float) -> float:
+    return float(eps) * float(eps)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def within(x, a, y, b, eps2):
+    """Squared distance of rows ``x[a]`` and ``y[b]`` if it is <= eps2, else -1.
+
+    Stops early once the partial sum exceeds eps2: adding non-negative terms
+    never lowers a float sum, so the decision is unchanged.
+    """
+    s = 0.0
+    for k in range(x.shape[1]):
+        t = np.float64(x[a, k]) - np.float64(y[b, k])
+        s += t * t
+        if s > eps2:
+            return -1.0
+    return s

@@ -1,0 +1,353 @@
+"""``grid`` method, CPU driver: ε-grid join in Numba (Gowanlock & Karsin; Gallet & Gowanlock).
+
+Self-join: LID-UNICOMP - each cell is compared with itself and with the
+neighbour cells of higher linear id only, so each distance is computed once.
+Because ids are row-major, the neighbour cells that differ only in the last
+indexed dimension are consecutive ids: one *row* of up to three cells is one
+contiguous span of sorted points.  Per query point, a neighbour row is skipped
+when the point is farther than eps from it (measured from the point to its own
+cell's faces), and the row's end cells are dropped likewise: in 6-d this
+prunes most of the 3^6 cells a plain grid visits.
+
+Work is dealt to a fixed number of lanes block-cyclically (blocks of
+neighbouring cells round-robin), which balances skewed data without a sort by
+workload and keeps the output order independent of the thread count.
+Output: one pass writing into per-lane regions sized from a sampled count, with
+the cells of any lane that overflows redone exactly (count, prefix sum, fill);
+or, for bounded batches, a count pass then fills over ranges of cells.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from .exact import eps_squared, within
+from .grid_index import boundary_slack, build_index, choose_grid
+
+CELLS_PER_BLOCK = 16
+#: Fixed lane count: the output order depends on it, so it must not follow the thread count.
+LANES = 64
+#: Below this many blocks the sampled single pass is not worth it: count, then fill.
+SAMPLE_MIN_BLOCKS = 8 * LANES
+SAMPLE_EVERY = 16
+CAPACITY_SLACK = 1.15
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _first_at(ids, start, dense, lid):
+    """Sorted position of the first point whose cell id is >= lid."""
+    if dense.shape[0] > 0:
+        return dense[lid]
+    return start[np.searchsorted(ids, lid, side="left")]
+
+
+@numba.njit(cache=True, nogil=True)
+def _neighbour_rows(coords, lid, strides, ncells, half, ids, start, dense, rows, offs):
+    """The rows of neighbour cells of one cell; returns how many.
+
+    A row holds the cells whose coordinates differ from the cell's by an offset
+    prefix ``offs[r]`` in the first k-1 indexed dimensions and by -1, 0 or +1 in
+    the last; ``rows[r]`` gets the four sorted-point boundaries of those three
+    cells (empty where they fall outside the grid).  ``half`` keeps only rows of
+    lexicographically positive prefix (higher linear ids: LID-UNICOMP); the
+    cell's own row is then left to the caller.
+    """
+    k = strides.shape[0]
+    count = 0
+    if k == 0:
+        if not half:
+            end = start[start.shape[0] - 1]
+            rows[0, 0] = 0
+            rows[0, 1] = 0
+            rows[0, 2] = end
+            rows[0, 3] = end
+            count = 1
+        return count
+    last = coords[k - 1]
+    has_lo = last > 0
+    has_hi = last + 1 < ncells[k - 1]
+    nprefix = _nprefix(strides)
+    for code in range(nprefix):
+        rest = code
+        base = lid
+        valid = True
+        first_nonzero = 0
+        for m in range(k - 1):
+            off = rest % 3 - 1
+            rest //= 3
+            c = coords[m] + off
+            if c < 0 or c >= ncells[m]:
+                valid = False
+                break
+            if first_nonzero == 0 and off != 0:
+                first_nonzero = off
+            offs[count, m] = off
+            base += off * strides[m]
+        if not valid or (half and first_nonzero <= 0):
+            continue
+        mid0 = _first_at(ids, start, dense, base)
+        mid1 = _first_at(ids, start, dense, base + 1)
+        rows[count, 0] = _first_at(ids, start, dense, base - 1) if has_lo else mid0
+        rows[count, 1] = mid0
+        rows[count, 2] = mid1
+        rows[count, 3] = _first_at(ids, start, dense, base + 2) if has_hi else mid1
+        if rows[count, 3] > rows[count, 0]:
+            count += 1
+    return count
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _boundary_gaps(pts, a, dims, origin, widths, coords, slack, gl, gu):
+    """Squared distances (shrunk by the slack) from point a to its cell's lower/upper faces."""
+    for m in range(dims.shape[0]):
+        lower = origin[m] + coords[m] * widths[m]
+        x = pts[a, dims[m]]
+        g = x - lower - slack[m]
+        gl[m] = g * g if g > 0.0 else 0.0
+        g = lower + widths[m] - x - slack[m]
+        gu[m] = g * g if g > 0.0 else 0.0
+
+
+@numba.njit(cache=True, nogil=True)
+def _visit_cell(c, qi, di, eps2, selfjoin, grid, work, fill, oi, oj, od, pos, end):
+    """Count or write the pairs of query cell ``c``; returns the new position or -1 on overflow.
+
+    Per query point, a neighbour row is skipped when the point's distance to it
+    (over the offset dimensions, from the cell faces) exceeds eps, and the row's
+    first or last cell is dropped likewise: this prunes most of the 3^k cells
+    of the plain grid in 6-d.
+    """
+    dims, origin, widths, ncells, strides, slack = grid
+    rows, offs, gl, gu = work
+    s, e = qi[2][c], qi[2][c + 1]
+    coords = qi[3][c]
+    qpts, dpts, qperm, dperm = qi[0], di[0], qi[4], di[4]
+    k = strides.shape[0]
+    nrows = _neighbour_rows(coords, qi[1][c], strides, ncells, selfjoin, di[1], di[2], di[5], rows, offs)
+    own_end = e
+    if selfjoin and k > 0 and coords[k - 1] + 1 < ncells[k - 1]:
+        own_end = _first_at(di[1], di[2], di[5], qi[1][c] + 2)
+    for a in range(s, e):
+        if k > 0:
+            _boundary_gaps(qpts, a, dims, origin, widths, coords, slack, gl, gu)
+        for r in range(-1 if selfjoin else 0, nrows):
+            if r < 0:
+                # own row of a self-join: later points of the own cell, then the next cell
+                lo = a + 1
+                hi = own_end if (k > 0 and gu[k - 1] <= eps2) else e
+            else:
+                g = 0.0
+                for m in range(k - 1):
+                    if offs[r, m] < 0:
+                        g += gl[m]
+                    elif offs[r, m] > 0:
+                        g += gu[m]
+                if g > eps2:
+                    continue
+                if k > 0:
+                    lo = rows[r, 0] if g + gl[k - 1] <= eps2 else rows[r, 1]
+                    hi = rows[r, 3] if g + gu[k - 1] <= eps2 else rows[r, 2]
+                else:
+                    lo, hi = rows[r, 0], rows[r, 3]
+            for b in range(lo, hi):
+                d2 = within(qpts, a, dpts, b, eps2)
+                if d2 >= 0.0:
+                    if fill:
+                        if pos >= end:
+                            return -1
+                        pa, pb = qperm[a], dperm[b]
+                        if selfjoin and pb < pa:
+                            pa, pb = pb, pa
+                        oi[pos] = pa
+                        oj[pos] = pb
+                        od[pos] = np.float32(np.sqrt(d2))
+                    pos += 1
+    return pos
+
+
+@numba.njit(cache=True, nogil=True)
+def _workspace(strides):
+    n, k = _nprefix(strides), strides.shape[0]
+    return (
+        np.empty((n, 4), np.int64),
+        np.zeros((n, max(k - 1, 1)), np.int64),
+        np.zeros(max(k, 1), np.float64),
+        np.zeros(max(k, 1), np.float64),
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _nprefix(strides):
+    n = 1
+    for m in range(strides.shape[0] - 1):
+        n *= 3
+    return n
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _count_cells(qi, di, eps2, selfjoin, grid, cells):
+    """Exact pair count of each cell listed in ``cells``."""
+    counts = np.zeros(cells.shape[0], np.int64)
+    nblocks = (cells.shape[0] + CELLS_PER_BLOCK - 1) // CELLS_PER_BLOCK
+    dummy_i = np.empty(0, np.int64)
+    dummy_d = np.empty(0, np.float32)
+    big = np.int64(1) << 62
+    for lane in numba.prange(LANES):
+        work = _workspace(grid[4])
+        for block in range(lane, nblocks, LANES):
+            for t in range(block * CELLS_PER_BLOCK, min((block + 1) * CELLS_PER_BLOCK, cells.shape[0])):
+                counts[t] = _visit_cell(
+                    cells[t], qi, di, eps2, selfjoin, grid, work, False, dummy_i, dummy_i, dummy_d, 0, big
+                )
+    return counts
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _fill_cells(qi, di, eps2, selfjoin, grid, cells, offsets, oi, oj, od):
+    """Write the pairs of ``cells[t]`` at ``offsets[t] - offsets[0]`` (offsets from exact counts)."""
+    nblocks = (cells.shape[0] + CELLS_PER_BLOCK - 1) // CELLS_PER_BLOCK
+    base = offsets[0]
+    for lane in numba.prange(LANES):
+        work = _workspace(grid[4])
+        for block in range(lane, nblocks, LANES):
+            for t in range(block * CELLS_PER_BLOCK, min((block + 1) * CELLS_PER_BLOCK, cells.shape[0])):
+                at = offsets[t] - base
+                _visit_cell(cells[t], qi, di, eps2, selfjoin, grid, work, True, oi, oj, od, at, offsets[t + 1] - base)
+    return 0
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _single_pass(qi, di, eps2, selfjoin, grid, cap, oi, oj, od, used, stop_at):
+    """Each lane writes its blocks' pairs into its own region of ``cap`` slots.
+
+    A lane that runs out of room records the block-order position of the cell it
+    could not finish (``stop_at``) and stops; the caller redoes the rest exactly.
+    """
+    ncell = qi[1].shape[0]
+    nblocks = (ncell + CELLS_PER_BLOCK - 1) // CELLS_PER_BLOCK
+    for lane in numba.prange(LANES):
+        work = _workspace(grid[4])
+        pos = lane * cap
+        end = pos + cap
+        stop_at[lane] = -1
+        stopped = False
+        for block in range(lane, nblocks, LANES):
+            for c in range(block * CELLS_PER_BLOCK, min((block + 1) * CELLS_PER_BLOCK, ncell)):
+                r = _visit_cell(c, qi, di, eps2, selfjoin, grid, work, True, oi, oj, od, pos, end)
+                if r < 0:
+                    stop_at[lane] = c
+                    stopped = True
+                    break
+                pos = r
+            if stopped:
+                break
+        used[lane] = pos - lane * cap
+    return 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _unfinished_cells(stop_at, ncell):
+    """Cells left by overflowed lanes, in lane then block order."""
+    out = np.empty(ncell, np.int64)
+    n = 0
+    for lane in range(LANES):
+        c = stop_at[lane]
+        if c < 0:
+            continue
+        block = c // CELLS_PER_BLOCK
+        while block * CELLS_PER_BLOCK < ncell:
+            for t in range(max(c, block * CELLS_PER_BLOCK), min((block + 1) * CELLS_PER_BLOCK, ncell)):
+                out[n] = t
+                n += 1
+            block += LANES
+    return out[:n]
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _compact(cap, used, src_i, src_j, src_d, dst_i, dst_j, dst_d):
+    starts = np.zeros(LANES + 1, np.int64)
+    for lane in range(LANES):
+        starts[lane + 1] = starts[lane] + used[lane]
+    for lane in numba.prange(LANES):
+        for t in range(used[lane]):
+            dst_i[starts[lane] + t] = src_i[lane * cap + t]
+            dst_j[starts[lane] + t] = src_j[lane * cap + t]
+            dst_d[starts[lane] + t] = src_d[lane * cap + t]
+    return starts[LANES]
+
+
+class GridJoin:
+    """A prepared grid join (indexes built); count, pairs or bounded batches on demand."""
+
+    def __init__(self, a: np.ndarray, b: np.ndarray | None, eps: float, *, max_dims: int = 6):
+        self.selfjoin = b is None
+        parts = [x for x in (a, b) if x is not None and x.shape[0]]
+        if parts:
+            lo = np.min([x.min(axis=0) for x in parts], axis=0).astype(np.float64)
+            hi = np.max([x.max(axis=0) for x in parts], axis=0).astype(np.float64)
+        else:
+            lo = hi = np.zeros(a.shape[1])
+        self.spec = choose_grid(lo, hi, eps, max_dims=max_dims)
+        self.eps2 = eps_squared(eps)
+        self.query = build_index(a, self.spec).as_tuple()
+        self.data = self.query if b is None else build_index(b, self.spec).as_tuple()
+        self.ncell = int(self.query[1].shape[0])
+        self._counts = None
+
+    def _args(self):
+        spec = self.spec
+        grid = (spec.dims, spec.origin, spec.widths, spec.ncells, spec.strides, boundary_slack(spec))
+        return self.query, self.data, self.eps2, self.selfjoin, grid
+
+    def counts(self) -> np.ndarray:
+        """Exact pair count of every query cell (cached)."""
+        if self._counts is None:
+            self._counts = _count_cells(*self._args(), np.arange(self.ncell, dtype=np.int64))
+        return self._counts
+
+    def count(self) -> int:
+        return int(self.counts().sum())
+
+    def _fill_exact(self, cells: np.ndarray, counts: np.ndarray, with_distance: bool):
+        offsets = np.zeros(cells.shape[0] + 1, np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        size = int(offsets[-1])
+        oi, oj, od = np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.float32)
+        if size:
+            _fill_cells(*self._args(), cells, offsets, oi, oj, od)
+        return oi, oj, (od if with_distance else None)
+
+    def pairs(self, with_distance: bool = True):
+        """All pairs as (i, j, dist), in an order that depends only on the inputs."""
+        nblocks = -(-self.ncell // CELLS_PER_BLOCK)
+        if self._counts is not None or nblocks < SAMPLE_MIN_BLOCKS:
+            return self._fill_exact(np.arange(self.ncell, dtype=np.int64), self.counts(), with_distance)
+        sampled = np.concatenate(
+            [np.arange(b * CELLS_PER_BLOCK, min((b + 1) * CELLS_PER_BLOCK, self.ncell)) for b in range(0, nblocks, SAMPLE_EVERY)]
+        ).astype(np.int64)
+        estimate = _count_cells(*self._args(), sampled).sum() * (self.ncell / max(1, sampled.shape[0]))
+        cap = int(estimate * CAPACITY_SLACK / LANES) + 1024
+        bi, bj, bd = np.empty(cap * LANES, np.int64), np.empty(cap * LANES, np.int64), np.empty(cap * LANES, np.float32)
+        used = np.zeros(LANES, np.int64)
+        stop_at = np.full(LANES, -1, np.int64)
+        _single_pass(*self._args(), cap, bi, bj, bd, used, stop_at)
+        rest = _unfinished_cells(stop_at, self.ncell)
+        ri, rj, rd = self._fill_exact(rest, _count_cells(*self._args(), rest), True)
+        total = int(used.sum()) + ri.shape[0]
+        oi, oj, od = np.empty(total, np.int64), np.empty(total, np.int64), np.empty(total, np.float32)
+        head = _compact(cap, used, bi, bj, bd, oi, oj, od)
+        oi[head:], oj[head:], od[head:] = ri, rj, rd
+        return oi, oj, (od if with_distance else None)
+
+    def batches(self, max_pairs: int, with_distance: bool = True):
+        """Yield (i, j, dist) batches of at most ``max_pairs`` pairs (one cell may exceed it)."""
+        counts = self.counts()
+        offsets = np.zeros(self.ncell + 1, np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        c0 = 0
+        while c0 < self.ncell:
+            c1 = int(np.searchsorted(offsets, offsets[c0] + max(1, max_pairs), side="right")) - 1
+            c1 = min(max(c1, c0 + 1), self.ncell)
+            cells = np.arange(c0, c1, dtype=np.int64)
+            yield self._fill_exact(cells, counts[c0:c1], with_distance)
+            c0 = c1
