@@ -143,14 +143,14 @@ def open_points(obj, name: str = "A") -> Source:
     if module == "dask":
         check_shape(obj.shape, name)
         check_dtype(obj.dtype, name)
-        return MemorySource(as_float(np.asarray(obj.compute())), label=name)
+        return MemorySource(as_float(np.asarray(obj.compute())), label="<dask array>")
     if module == "cupy":
         obj = obj.get()
     if isinstance(obj, np.ndarray) or hasattr(obj, "__array__"):
         arr = np.asarray(obj)
         check_shape(arr.shape, name)
         check_dtype(arr.dtype, name)
-        return MemorySource(np.ascontiguousarray(as_float(arr)), label=name)
+        return MemorySource(np.ascontiguousarray(as_float(arr)), label=f"<{module} array>")
     raise InputError(
         f"{name} must be a Zarr path, a zarr.Array, or a numpy, dask or cupy array, got {type(obj).__name__}"
     )

@@ -1,0 +1,13 @@
+"""daskjoin: exact similarity joins at any scale (Zarr in, Dask graph of kernels, pairs out).
+
+>>> import daskjoin as dj
+>>> pairs = dj.similarity_join("points.zarr", eps=0.01)          # doctest: +SKIP
+"""
+from . import config as _config  # noqa: F401  (registers dask.config defaults)
+from .api import JoinResult, plan_join, similarity_join
+from .planning.plan import Partition, Plan
+from .validation import InputError
+
+__version__ = "0.1.0"
+
+__all__ = ["similarity_join", "plan_join", "JoinResult", "Plan", "Partition", "InputError", "__version__"]

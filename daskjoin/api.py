@@ -1,0 +1,193 @@
+"""The public entry points: validate -> plan -> execute."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from . import config
+from .execution import graph
+from .execution.cluster import ClusterRunner, resolve_client
+from .io.parquet_out import prepare_output
+from .io.zarr_in import open_points
+from .kernels import METHODS
+from .planning.plan import Plan
+from .planning.planner import PARTITIONINGS, make_plan
+from .validation import InputError, check_eps, check_output_path, check_same_dims
+
+OUTPUTS = ("pairs", "count")
+BACKENDS = ("auto", "cpu", "gpu")
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    """What a join written to Parquet returns."""
+
+    path: str
+    pairs: int
+    files: int
+    plan_seconds: float
+    run_seconds: float
+    plan: Plan
+
+    @property
+    def seconds(self) -> float:
+        return self.plan_seconds + self.run_seconds
+
+    def read(self):
+        """The pairs as a Dask DataFrame read back from the Parquet files."""
+        import dask.dataframe as dd
+
+        return dd.read_parquet(os.path.join(self.path, "part-*.parquet"))
+
+    def __str__(self) -> str:
+        rate = self.pairs / self.run_seconds if self.run_seconds else float("inf")
+        return (
+            f"{self.pairs:,} pairs in {self.seconds:.2f} s (plan {self.plan_seconds:.2f} s, join {self.run_seconds:.2f} s, "
+            f"{rate:,.0f} pairs/s) -> {self.path} ({self.files} files + _SUCCESS)"
+        )
+
+
+def _choice(value, allowed, name):
+    if value not in allowed:
+        raise InputError(f"{name} must be one of {allowed}, got {value!r}")
+    return value
+
+
+def _budget(memory_budget) -> int:
+    raw = config.get("memory-budget") if memory_budget is None else memory_budget
+    try:
+        value = config.parse_bytes(raw)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"memory_budget must be a size such as '2GB' or a number of bytes, got {raw!r}") from exc
+    if value <= 0:
+        raise InputError(f"memory_budget must be positive, got {raw!r}")
+    return value
+
+
+def _backend(backend: str) -> str:
+    _choice(backend, BACKENDS, "backend")
+    if backend == "gpu":
+        raise InputError(
+            "backend='gpu' is not available in this version of daskjoin (only the Numba CPU backend is built); "
+            "use backend='cpu' or 'auto'"
+        )
+    return "cpu"
+
+
+def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto", backend: str = "auto",
+              memory_budget=None, client=None) -> Plan:
+    """Plan an ε-join without running it.
+
+    Reads only metadata, one cached statistics pass and a sample (plus, for
+    ``partitioning="slabs"``, a one-time sorted copy of each input).
+
+    Parameters
+    ----------
+    a, b : Zarr path, zarr.Array, numpy, dask or cupy array
+        Points as rows.  ``b=None`` plans a self-join.
+    eps : float
+        Join radius (pairs with Euclidean distance ``<= eps``).
+    method : {"auto", "grid", "brute"}
+    partitioning : {"auto", "chunk_pairs", "slabs"}
+    backend : {"auto", "cpu"}
+    memory_budget : str or int, optional
+        Memory one task may use (default ``daskjoin.memory-budget``, 512MiB).
+    client : distributed.Client, optional
+
+    Returns
+    -------
+    Plan
+        Frozen; ``print(plan.explain())`` tells what will run and why.
+
+    Examples
+    --------
+    >>> import numpy as np, daskjoin as dj
+    >>> x = np.random.default_rng(0).random((1000, 2))
+    >>> plan = dj.plan_join(x, eps=0.05, memory_budget="64MB")
+    >>> plan.ntasks
+    1
+    """
+    eps = check_eps(eps)
+    _choice(method, ("auto",) + METHODS, "method")
+    _choice(partitioning, PARTITIONINGS, "partitioning")
+    resolved_backend = _backend(backend)
+    budget = _budget(memory_budget)
+    src_a = open_points(a, "A")
+    src_b = None if b is None else open_points(b, "B")
+    if src_b is not None:
+        check_same_dims(src_a.d, src_b.d)
+    runner = ClusterRunner(resolve_client(client))
+    return make_plan(src_a, src_b, eps, method=method, partitioning=partitioning, backend=resolved_backend,
+                     memory_budget=budget, runner=runner)
+
+
+def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto", backend: str = "auto",
+                    output: str = "pairs", with_distance: bool = True, memory_budget=None, client=None,
+                    out=None, overwrite: bool = False, progress: bool = False):
+    """Exact ε-join: every pair of points within Euclidean distance ``eps``.
+
+    A pair is reported iff its float64 squared distance (summed in dimension
+    order) is ``<= eps**2``: scipy cKDTree's convention, identical on every
+    method, partitioning and cluster size.  Self-join (``b=None``): pairs
+    ``i < j``, each once.  A×B: ``i`` indexes A, ``j`` indexes B.
+
+    Parameters
+    ----------
+    a, b : Zarr path, zarr.Array, numpy, dask or cupy array
+        Points as rows (float32/float64; other real dtypes are converted).
+    eps : float
+        Join radius, positive and finite.
+    method : {"auto", "grid", "brute"}
+        ``auto`` picks by dimensionality (see ``plan.explain()``).
+    partitioning : {"auto", "chunk_pairs", "slabs"}
+    backend : {"auto", "cpu"}
+    output : {"pairs", "count"}
+        ``count`` returns the exact number of pairs as an int, materialising none.
+    with_distance : bool
+        Include the ``dist`` column (float32).
+    memory_budget : str or int, optional
+        Memory one task may use; partitions are sized to fit it.
+    client : distributed.Client, optional
+        Default: the current client, else a local cluster started on first use.
+    out : path, optional
+        Write Parquet here (one file per partition, then ``_SUCCESS``) and return a :class:`JoinResult`.
+    overwrite : bool
+        Replace an existing ``out``.
+    progress : bool
+        Show a progress bar while tasks run (count and Parquet output).
+
+    Returns
+    -------
+    dask.dataframe.DataFrame, int or JoinResult
+        Lazy pairs (columns ``i``, ``j``, ``dist``); the count; or the Parquet result.
+
+    Examples
+    --------
+    >>> import numpy as np, daskjoin as dj
+    >>> x = np.array([[0.0, 0.0], [0.5, 0.0], [3.0, 0.0]])
+    >>> dj.similarity_join(x, eps=0.5).compute().values.tolist()
+    [[0.0, 1.0, 0.5]]
+    >>> dj.similarity_join(x, eps=3.0, output="count")
+    3
+    """
+    _choice(output, OUTPUTS, "output")
+    if out is not None:
+        if output == "count":
+            raise InputError("output='count' returns a number; it cannot be combined with out=PATH")
+        out = check_output_path(out, overwrite)
+    client = resolve_client(client)
+    start = time.perf_counter()
+    plan = plan_join(a, b, eps=eps, method=method, partitioning=partitioning, backend=backend,
+                     memory_budget=memory_budget, client=client)
+    planned = time.perf_counter()
+    if output == "count":
+        return graph.count(plan, client, progress=progress)
+    if out is None:
+        return graph.to_dataframe(plan, with_distance)
+    prepare_output(out, overwrite)
+    manifest = graph.write_parquet(plan, client, out, with_distance=with_distance, progress=progress)
+    return JoinResult(
+        path=out, pairs=manifest["rows"], files=len(manifest["files"]), plan_seconds=planned - start,
+        run_seconds=time.perf_counter() - planned, plan=plan,
+    )

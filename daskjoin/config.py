@@ -1,0 +1,32 @@
+"""Defaults under dask.config's ``daskjoin.`` namespace (override with dask.config.set or DASK_DASKJOIN__*)."""
+from __future__ import annotations
+
+import dask.config
+
+DEFAULTS = {
+    "daskjoin": {
+        # memory one task may use for its points, index and pairs
+        "memory-budget": "512MiB",
+        # rows sampled (spread over all blocks) to estimate the result size and sort boundaries
+        "sample-rows": 20000,
+        # where statistics and sorted copies of Zarr inputs are cached; None: beside the input
+        "cache-dir": None,
+        # Numba threads per task; None: the worker's cores divided by its task threads
+        "numba-threads": None,
+        # bytes of pairs one Parquet row group holds before a task writes it out
+        "row-group-bytes": "128MiB",
+    }
+}
+
+dask.config.update_defaults(DEFAULTS)
+
+
+def get(key: str):
+    return dask.config.get(f"daskjoin.{key}")
+
+
+def parse_bytes(value) -> int:
+    """'2GB', '512MiB' or an int, as bytes."""
+    from dask.utils import parse_bytes as _parse
+
+    return int(_parse(value)) if isinstance(value, str) else int(value)

@@ -1,0 +1,1 @@
+"""Execution: the only place that builds Dask graphs (dd.from_map, client.map/submit)."""

@@ -1,0 +1,50 @@
+"""Plans to Dask work: a lazy DataFrame (``dd.from_map``), an exact count, or Parquet files."""
+from __future__ import annotations
+
+import time
+
+import dask.dataframe as dd
+
+from ..io import parquet_out
+from ..planning.plan import Plan
+from .progress import wait_all
+from .task import JoinJob, meta_frame, partition_count, partition_frame, partition_to_parquet
+
+
+def to_dataframe(plan: Plan, with_distance: bool = True):
+    """A lazy Dask DataFrame of the pairs, one partition per plan partition."""
+    job = JoinJob.from_plan(plan, with_distance)
+    return dd.from_map(
+        partition_frame,
+        list(plan.partitions),
+        args=[job],
+        meta=meta_frame(with_distance),
+        label="daskjoin-pairs",
+        enforce_metadata=False,
+    )
+
+
+def _submit(client, func, plan: Plan, **kwargs):
+    [job] = client.scatter([kwargs.pop("job")], hash=False)
+    return client.map(func, list(plan.partitions), job=job, pure=False, **kwargs)
+
+
+def count(plan: Plan, client, *, progress: bool = False) -> int:
+    """The exact number of pairs; no pairs are materialised."""
+    futures = _submit(client, partition_count, plan, job=JoinJob.from_plan(plan, False))
+    return int(sum(wait_all(client, futures, progress=progress, desc="counting")))
+
+
+def write_parquet(plan: Plan, client, out: str, *, with_distance: bool = True, progress: bool = False) -> dict:
+    """Each partition to its own Parquet file, then the ``_SUCCESS`` manifest; returns the manifest."""
+    start = time.perf_counter()
+    futures = _submit(client, partition_to_parquet, plan, job=JoinJob.from_plan(plan, with_distance), out_dir=out)
+    entries = wait_all(client, futures, progress=progress, desc="joining")
+    extra = {
+        "eps": plan.eps,
+        "method": plan.method,
+        "partitioning": plan.partitioning,
+        "selfjoin": plan.selfjoin,
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+    return parquet_out.write_manifest(out, entries, extra)

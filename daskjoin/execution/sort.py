@@ -1,0 +1,149 @@
+"""Out-of-core sort of a Zarr input along one dimension, through Dask (a sample sort).
+
+1. Bucket boundaries: quantiles of (key, row) over the planning sample.
+2. Per input chunk (parallel): rows ordered by (bucket, key, row), written to a
+   scratch array at the chunk's own rows (chunk-aligned: no write conflicts);
+   the task returns its count per bucket.
+3. Per bucket (parallel): its pieces gathered from every chunk, sorted by
+   (key, row); the buckets are concatenated, rechunked and stored by dask.array.
+The group is written under a temporary name and renamed when complete.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..io.zarr_in import ZarrSource
+from ..planning.bounds import BlockStats
+from ..planning.sorted_copy import KEY_STRIDE, SortedCopy, open_sorted
+
+
+def lexi_buckets(keys, rows, bkeys, brows) -> np.ndarray:
+    """Bucket of each (key, row): the number of boundaries (bkey, brow) <= it, lexicographically."""
+    lo = np.searchsorted(bkeys, keys, side="left")
+    hi = np.searchsorted(bkeys, keys, side="right")
+    out = lo.astype(np.int64)
+    ties = np.flatnonzero(hi > lo)
+    for t in ties:
+        out[t] = lo[t] + np.searchsorted(brows[lo[t]:hi[t]], rows[t], side="right")
+    return out
+
+
+@dataclass(frozen=True)
+class _Scatter:
+    source: ZarrSource
+    scratch: str
+    dim: int
+    start: int
+    stop: int
+    bkeys: tuple
+    brows: tuple
+
+
+def _scatter_block(job: _Scatter) -> np.ndarray:
+    block = job.source.read(job.start, job.stop)
+    keys = block[:, job.dim].astype(np.float64)
+    rows = np.arange(job.start, job.stop, dtype=np.int64)
+    bucket = lexi_buckets(keys, rows, np.asarray(job.bkeys), np.asarray(job.brows, dtype=np.int64))
+    order = np.lexsort((rows, keys, bucket))
+    import zarr
+
+    group = zarr.open_group(job.scratch, mode="r+")
+    group["points"][job.start:job.stop] = block[order]
+    group["ids"][job.start:job.stop] = rows[order]
+    group["keys"][job.start:job.stop] = keys[order]
+    return np.bincount(bucket, minlength=len(job.bkeys) + 1).astype(np.int64)
+
+
+def _gather_bucket(scratch: str, pieces: list, d: int, dtype: str):
+    import zarr
+
+    group = zarr.open_group(scratch, mode="r")
+    pts = [np.asarray(group["points"][a:b]) for a, b in pieces]
+    ids = [np.asarray(group["ids"][a:b]) for a, b in pieces]
+    keys = [np.asarray(group["keys"][a:b]) for a, b in pieces]
+    pts = np.concatenate(pts) if pts else np.zeros((0, d), dtype)
+    ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    keys = np.concatenate(keys) if keys else np.zeros(0)
+    order = np.lexsort((ids, keys))
+    return pts[order], ids[order], keys[order]
+
+
+def _boundaries(stats: BlockStats, dim: int, nbuckets: int):
+    keys = stats.sample[:, dim]
+    rows = stats.sample_rows
+    order = np.lexsort((rows, keys))
+    keys, rows = keys[order], rows[order]
+    if nbuckets <= 1 or keys.shape[0] == 0:
+        return (), ()
+    picks = (np.arange(1, nbuckets) * keys.shape[0]) // nbuckets
+    return tuple(float(k) for k in keys[picks]), tuple(int(r) for r in rows[picks])
+
+
+def sort_zarr(source: ZarrSource, dim: int, stats: BlockStats, path: str, client, *, bucket_bytes: int) -> SortedCopy:
+    """Write the sorted copy of ``source`` to ``path`` (a Zarr group) with ``client``; return it."""
+    import dask
+    import dask.array as da
+    import zarr
+
+    n, d = source.n, source.d
+    row_bytes = d * np.dtype(source.dtype).itemsize + 16
+    nbuckets = max(1, int(np.ceil(n * row_bytes / max(1, bucket_bytes))))
+    bkeys, brows = _boundaries(stats, dim, nbuckets)
+    nbuckets = len(bkeys) + 1
+    chunk = source.chunk_rows
+    tag = uuid.uuid4().hex[:8]
+    scratch = f"{path}.scratch-{tag}"
+    tmp = f"{path}.tmp-{tag}"
+    try:
+        group = zarr.open_group(scratch, mode="w")
+        group.create_array("points", shape=(n, d), chunks=(chunk, d), dtype=source.dtype)
+        group.create_array("ids", shape=(n,), chunks=(chunk,), dtype="int64")
+        group.create_array("keys", shape=(n,), chunks=(chunk,), dtype="float64")
+        jobs = [
+            _Scatter(source, scratch, dim, int(a), int(b), bkeys, brows)
+            for a, b in zip(stats.starts[:-1], stats.starts[1:])
+        ]
+        counts = np.array(client.gather(client.map(_scatter_block, jobs, pure=False))).reshape(len(jobs), nbuckets)
+        within = np.zeros_like(counts)
+        np.cumsum(counts[:, :-1], axis=1, out=within[:, 1:])
+        parts_p, parts_i, parts_k = [], [], []
+        for b in range(nbuckets):
+            pieces = [
+                (int(stats.starts[k] + within[k, b]), int(stats.starts[k] + within[k, b] + counts[k, b]))
+                for k in range(len(jobs)) if counts[k, b]
+            ]
+            size = int(counts[:, b].sum())
+            if not size:
+                continue
+            part = dask.delayed(_gather_bucket, nout=3, pure=True)(scratch, pieces, d, source.dtype)
+            parts_p.append(da.from_delayed(part[0], shape=(size, d), dtype=source.dtype))
+            parts_i.append(da.from_delayed(part[1], shape=(size,), dtype="int64"))
+            parts_k.append(da.from_delayed(part[2], shape=(size,), dtype="float64"))
+        out = zarr.open_group(tmp, mode="w")
+        out.attrs["daskjoin"] = {"kind": "sorted-copy", "dim": int(dim), "source": source.label, "n": int(n)}
+        targets = [
+            out.create_array("points", shape=(n, d), chunks=(chunk, d), dtype=source.dtype),
+            out.create_array("ids", shape=(n,), chunks=(chunk,), dtype="int64"),
+            out.create_array("keys", shape=(n,), chunks=(chunk,), dtype="float64"),
+        ]
+        nindex = (n + KEY_STRIDE - 1) // KEY_STRIDE
+        targets.append(out.create_array("key_index", shape=(nindex,), chunks=(max(1, nindex),), dtype="float64"))
+        if n:
+            points = da.concatenate(parts_p).rechunk((chunk, d))
+            ids = da.concatenate(parts_i).rechunk((chunk,))
+            keys = da.concatenate(parts_k).rechunk((chunk,))
+            key_index = keys[::KEY_STRIDE].rechunk((max(1, nindex),))
+            stored = da.store([points, ids, keys, key_index], targets, lock=False, compute=False)
+            client.compute(stored).result()
+        if os.path.exists(path):
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return open_sorted(path, dim)

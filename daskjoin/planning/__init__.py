@@ -1,0 +1,1 @@
+"""Planning: reads metadata and samples only, and cuts a join into partitions that fit memory."""

@@ -1,0 +1,95 @@
+"""Frozen descriptions of a join: its partitions and the plan that holds them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..io.zarr_in import Source
+from .estimate import Estimate
+from .sorted_copy import SortedCopy
+
+#: Bytes one result pair costs a task: i, j, dist in the kernel's buffers, the compacted arrays and the DataFrame.
+PAIR_BYTES = 60
+
+
+def row_bytes(d: int, itemsize: int) -> int:
+    """Bytes one input row costs a task: the rows read, the float64 sorted copy, ids and cell ids."""
+    return d * (itemsize + 8) + 48
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One task: a self-join of rows ``a`` (if ``self_part``) plus the cross join of rows ``a`` × rows ``b``.
+
+    Rows index the plan's readers: the inputs themselves (chunk pairs) or their
+    sorted copies (slabs); pairs are reported in the inputs' original row ids.
+    """
+
+    index: int
+    a: tuple[int, int]
+    b: tuple[int, int] | None
+    self_part: bool
+    est_pairs: float
+
+    @property
+    def rows(self) -> int:
+        return (self.a[1] - self.a[0]) + ((self.b[1] - self.b[0]) if self.b else 0)
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """Everything needed to run a join; ``explain()`` says what will happen and why."""
+
+    eps: float
+    selfjoin: bool
+    method: str
+    method_reason: str
+    partitioning: str
+    partitioning_reason: str
+    backend: str
+    a: Source
+    b: Source | None
+    reader_a: Source | SortedCopy = field(repr=False)
+    reader_b: Source | SortedCopy | None = field(repr=False)
+    partitions: tuple[Partition, ...] = field(repr=False)
+    estimate: Estimate
+    memory_budget: int
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ntasks(self) -> int:
+        return len(self.partitions)
+
+    @property
+    def d(self) -> int:
+        return self.a.d
+
+    def task_memory(self, part: Partition) -> int:
+        return part.rows * row_bytes(self.d, 8) + int(part.est_pairs * PAIR_BYTES)
+
+    def explain(self) -> str:
+        """A human-readable account of the plan."""
+        kind = "self-join" if self.selfjoin else "A×B join"
+        shape_b = "" if self.selfjoin else f" × B {self.b.label} ({self.b.n:,} × {self.b.d})"
+        worst = max((self.task_memory(p) for p in self.partitions), default=0)
+        lines = [
+            f"daskjoin plan: ε-{kind}, eps={self.eps!r}",
+            f"  input:         A {self.a.label} ({self.a.n:,} × {self.a.d}){shape_b}",
+            f"  method:        {self.method} on {self.backend} - {self.method_reason}",
+            f"  partitioning:  {self.partitioning} - {self.partitioning_reason}",
+            f"  tasks:         {self.ntasks}",
+            f"  estimate:      {self.estimate.describe()}",
+            f"  memory/task:   up to ~{_fmt_bytes(worst)} (budget {_fmt_bytes(self.memory_budget)})",
+        ]
+        lines += [f"  note:          {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.explain()
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
