@@ -10,7 +10,7 @@ def wait_all(client, futures, *, progress: bool = False, desc: str = "tasks") ->
         from tqdm.auto import tqdm
 
         with tqdm(total=len(futures), desc=desc, unit="task") as bar:
-            for future in as_completed(futures):
+            for future in as_completed(futures, loop=client.loop):
                 if future.status == "error":
                     future.result()  # raises the task's exception here
                 bar.update(1)

@@ -139,7 +139,7 @@ def sort_zarr(source: ZarrSource, dim: int, stats: BlockStats, path: str, client
             keys = da.concatenate(parts_k).rechunk((chunk,))
             key_index = keys[::KEY_STRIDE].rechunk((max(1, nindex),))
             stored = da.store([points, ids, keys, key_index], targets, lock=False, compute=False)
-            client.compute(stored).result()
+            client.gather(client.compute(stored))
         if os.path.exists(path):
             shutil.rmtree(path)
         os.replace(tmp, path)
