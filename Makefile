@@ -1,0 +1,40 @@
+# daskjoin - the two commands a newcomer needs: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.daskjoin-installed
+
+.PHONY: demo test test-all gpu-test bench wheelhouse clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+## Set up, generate a synthetic dataset in Zarr, run a self-join on a local Dask cluster.
+demo: $(STAMP)
+	$(BIN)/python -m daskjoin.demo
+
+## Set up and run the default test suite (slow and GPU cases excluded).
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+## Every test, slow ones included.
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q -m 'not gpu'
+
+## GPU-marked tests (skip cleanly where no CUDA device is visible).
+gpu-test: $(STAMP)
+	$(BIN)/python -m pytest -q -m gpu
+
+## CPU benchmark against scipy cKDTree and scikit-learn (see benchmarks/README.md).
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_cpu.py
+
+## Wheelhouse for air-gapped GPU nodes (Python 3.12, manylinux x86_64).
+wheelhouse:
+	bash deploy/build-wheelhouse.sh .wheelhouse
+
+clean:
+	rm -rf $(VENV) demo-data .pytest_cache .hypothesis build *.egg-info
