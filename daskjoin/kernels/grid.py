@@ -130,10 +130,12 @@ def _visit_cell(c, qi, di, eps2, selfjoin, grid, work, fill, oi, oj, od, pos, en
     for a in range(s, e):
         if k > 0:
             _boundary_gaps(qpts, a, dims, origin, widths, coords, slack, gl, gu)
+        xa = qpts[a, dims[k - 1]] if k > 0 else 0.0
         for r in range(-1 if selfjoin else 0, nrows):
             if r < 0:
                 # own row of a self-join: later points of the own cell, then the next cell
-                lo = a + 1
+                g = 0.0
+                lo, mid0, mid1 = a + 1, a + 1, e
                 hi = own_end if (k > 0 and gu[k - 1] <= eps2) else e
             else:
                 g = 0.0
@@ -144,24 +146,40 @@ def _visit_cell(c, qi, di, eps2, selfjoin, grid, work, fill, oi, oj, od, pos, en
                         g += gu[m]
                 if g > eps2:
                     continue
+                mid0, mid1 = rows[r, 1], rows[r, 2]
                 if k > 0:
-                    lo = rows[r, 0] if g + gl[k - 1] <= eps2 else rows[r, 1]
-                    hi = rows[r, 3] if g + gu[k - 1] <= eps2 else rows[r, 2]
+                    lo = rows[r, 0] if g + gl[k - 1] <= eps2 else mid0
+                    hi = rows[r, 3] if g + gu[k - 1] <= eps2 else mid1
                 else:
                     lo, hi = rows[r, 0], rows[r, 3]
-            for b in range(lo, hi):
-                d2 = within(qpts, a, dpts, b, eps2)
-                if d2 >= 0.0:
-                    if fill:
-                        if pos >= end:
-                            return -1
-                        pa, pb = qperm[a], dperm[b]
-                        if selfjoin and pb < pa:
-                            pa, pb = pb, pa
-                        oi[pos] = pa
-                        oj[pos] = pb
-                        od[pos] = np.float32(np.sqrt(d2))
-                    pos += 1
+            # cells are ordered by the last indexed coordinate: scan the middle cell whole,
+            # the lower cell downwards and the upper cell upwards until the points are out of reach
+            reach2 = (eps2 - g) + 1e-9 * eps2 + slack[k - 1] * slack[k - 1] if k > 0 else np.inf
+            for part in range(3):
+                if part == 0:
+                    b, stop, step = mid0, mid1, 1
+                elif part == 1:
+                    b, stop, step = mid0 - 1, lo - 1, -1
+                else:
+                    b, stop, step = mid1, hi, 1
+                while b != stop:
+                    if part > 0:
+                        gap = dpts[b, dims[k - 1]] - xa
+                        if gap * gap > reach2:
+                            break
+                    d2 = within(qpts, a, dpts, b, eps2)
+                    if d2 >= 0.0:
+                        if fill:
+                            if pos >= end:
+                                return -1
+                            pa, pb = qperm[a], dperm[b]
+                            if selfjoin and pb < pa:
+                                pa, pb = pb, pa
+                            oi[pos] = pa
+                            oj[pos] = pb
+                            od[pos] = np.float32(np.sqrt(d2))
+                        pos += 1
+                    b += step
     return pos
 
 

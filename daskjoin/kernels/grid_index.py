@@ -185,6 +185,34 @@ def _cells_of_sorted(sorted_ids, strides, ncells):
     return cell_ids, cell_start, coords
 
 
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _sort_cells_by(x, perm, cell_start, dim):
+    """Order the points of each cell by coordinate ``dim`` (ties by row), in place in ``perm``.
+
+    The join then stops scanning a neighbour cell along the last indexed
+    dimension as soon as the points get too far.
+    """
+    for c in numba.prange(cell_start.shape[0] - 1):
+        s, e = cell_start[c], cell_start[c + 1]
+        if e - s <= 32:
+            for t in range(s + 1, e):
+                p = perm[t]
+                key = x[p, dim]
+                u = t - 1
+                while u >= s and (x[perm[u], dim] > key or (x[perm[u], dim] == key and perm[u] > p)):
+                    perm[u + 1] = perm[u]
+                    u -= 1
+                perm[u + 1] = p
+        else:
+            rows = perm[s:e].copy()
+            keys = np.empty(e - s, np.float64)
+            for t in range(e - s):
+                keys[t] = x[rows[t], dim]
+            order = np.argsort(keys, kind="mergesort")
+            for t in range(e - s):
+                perm[s + t] = rows[order[t]]
+
+
 def build_index(x: np.ndarray, spec: GridSpec) -> GridIndex:
     """Sort ``x`` by cell (counting sort on dense grids, argsort otherwise)."""
     n = x.shape[0]
@@ -201,6 +229,8 @@ def build_index(x: np.ndarray, spec: GridSpec) -> GridIndex:
         dense_start = np.zeros(0, np.int64)
     sorted_ids = ids[perm]
     cell_ids, cell_start, coords = _cells_of_sorted(sorted_ids, spec.strides, spec.ncells)
+    if spec.k:
+        _sort_cells_by(x, perm, cell_start, spec.dims[-1])
     return GridIndex(
         points=_gather(x, perm),
         perm=perm,
