@@ -1,0 +1,17 @@
+"""The examples in the public docstrings run and print what they say."""
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["daskjoin.api", "daskjoin.io.synth", "daskjoin.io.importers", "daskjoin.io.zarr_out"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0
+    if name == "daskjoin.api":
+        assert result.attempted >= 3
