@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.daskjoin-installed
 
-.PHONY: demo test test-all gpu-test bench wheelhouse clean
+.PHONY: demo test test-all gpu-test bench wheelhouse wheelhouse-slim clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ bench: $(STAMP)
 ## Wheelhouse for air-gapped GPU nodes (Python 3.12, manylinux x86_64).
 wheelhouse:
 	bash deploy/build-wheelhouse.sh .wheelhouse
+
+## The same without what CUDA Python images already ship (numba, pyarrow, pandas, ...).
+wheelhouse-slim:
+	bash deploy/build-wheelhouse.sh .wheelhouse --slim
 
 clean:
 	rm -rf $(VENV) demo-data .pytest_cache .hypothesis build *.egg-info
