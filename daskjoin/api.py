@@ -65,14 +65,20 @@ def _budget(memory_budget) -> int:
     return value
 
 
-def _backend(backend: str) -> str:
+def _backend(backend: str, client) -> str:
+    """'cpu' and 'auto' pass (auto picks per task); 'gpu' needs a worker that sees a CUDA device."""
     _choice(backend, BACKENDS, "backend")
     if backend == "gpu":
-        raise InputError(
-            "backend='gpu' is not available in this version of daskjoin (only the Numba CPU backend is built); "
-            "use backend='cpu' or 'auto'"
-        )
-    return "cpu"
+        from .kernels.gpu_common import gpu_available
+
+        seen = client.run(gpu_available) if client is not None else {"local": gpu_available()}
+        if not any(seen.values()):
+            raise InputError(
+                "backend='gpu' is not available: no Dask worker sees a CUDA device through CuPy "
+                "(install the 'gpu' extra and start GPU workers, e.g. `dask cuda worker`); "
+                "use backend='cpu' or 'auto'"
+            )
+    return backend
 
 
 def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto", backend: str = "auto",
@@ -90,7 +96,8 @@ def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto
         Join radius (pairs with Euclidean distance ``<= eps``).
     method : {"auto", "grid", "brute"}
     partitioning : {"auto", "chunk_pairs", "slabs"}
-    backend : {"auto", "cpu"}
+    backend : {"auto", "cpu", "gpu"}
+        ``auto``: each task runs on its worker's GPU when CuPy sees one, else on the CPU.
     memory_budget : str or int, optional
         Memory one task may use (default ``daskjoin.memory-budget``, 512MiB).
     client : distributed.Client, optional
@@ -111,13 +118,14 @@ def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto
     eps = check_eps(eps)
     _choice(method, ("auto",) + METHODS, "method")
     _choice(partitioning, PARTITIONINGS, "partitioning")
-    resolved_backend = _backend(backend)
     budget = _budget(memory_budget)
     src_a = open_points(a, "A")
     src_b = None if b is None else open_points(b, "B")
     if src_b is not None:
         check_same_dims(src_a.d, src_b.d)
-    runner = ClusterRunner(resolve_client(client))
+    client = resolve_client(client)
+    resolved_backend = _backend(backend, client)
+    runner = ClusterRunner(client)
     return make_plan(src_a, src_b, eps, method=method, partitioning=partitioning, backend=resolved_backend,
                      memory_budget=budget, runner=runner)
 
@@ -141,7 +149,9 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
     method : {"auto", "grid", "brute"}
         ``auto`` picks by dimensionality (see ``plan.explain()``).
     partitioning : {"auto", "chunk_pairs", "slabs"}
-    backend : {"auto", "cpu"}
+    backend : {"auto", "cpu", "gpu"}
+        ``auto``: each task runs on its worker's GPU when CuPy sees one, else on the CPU;
+        ``gpu`` refuses to start unless some worker sees a CUDA device.
     output : {"pairs", "count"}
         ``count`` returns the exact number of pairs as an int, materialising none.
     with_distance : bool

@@ -27,7 +27,7 @@ python3 -m pip download --only-binary=:all: --python-version 3.12 \
 rm -f "$dest"/numpy-*.whl "$dest"/pillow-*.whl
 if [ "$slim" = 1 ]; then
     rm -f "$dest"/numba-*.whl "$dest"/llvmlite-*.whl "$dest"/pyarrow-*.whl "$dest"/pandas-*.whl \
-          "$dest"/bokeh-*.whl "$dest"/contourpy-*.whl "$dest"/narwhals-*.whl "$dest"/xyzservices-*.whl \
+          \
           "$dest"/setuptools-*.whl "$dest"/wheel-*.whl "$dest"/tzdata-*.whl "$dest"/python_dateutil-*.whl
 fi
 echo "wheelhouse ready: $dest ($(du -sh "$dest" | cut -f1))"

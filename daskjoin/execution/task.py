@@ -110,6 +110,27 @@ def to_frame(i, j, dist) -> pd.DataFrame:
     return pd.DataFrame(cols, copy=False)
 
 
+def _freeing_gpu_on_error(func):
+    """A failed task gives its cached GPU memory back, then raises its own error (no silent fallback)."""
+    import functools
+
+    @functools.wraps(func)
+    def run(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except Exception:
+            import sys
+
+            if "cupy" in sys.modules:
+                from ..kernels.gpu_common import free_device_memory
+
+                free_device_memory()
+            raise
+
+    return run
+
+
+@_freeing_gpu_on_error
 def partition_frame(part: Partition, job: JoinJob) -> pd.DataFrame:
     """The pairs of one partition as a DataFrame (the body of each ``dd.from_map`` task)."""
     _set_threads()
@@ -119,12 +140,14 @@ def partition_frame(part: Partition, job: JoinJob) -> pd.DataFrame:
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
+@_freeing_gpu_on_error
 def partition_count(part: Partition, job: JoinJob) -> int:
     """The exact pair count of one partition, without materialising pairs."""
     _set_threads()
     return _Sides(job, part).count()
 
 
+@_freeing_gpu_on_error
 def partition_to_parquet(part: Partition, job: JoinJob, out_dir: str) -> dict:
     """Write one partition's pairs to ``out_dir/part-NNNNN.parquet`` atomically; return its manifest entry."""
     from ..io.parquet_out import write_partition

@@ -1,25 +1,28 @@
-"""Join kernels: one module per method, each a pure function of arrays (no Dask, no I/O).
+"""Join kernels: one module per method and backend, each a pure function of arrays (no Dask, no I/O).
 
 ``get_kernel(method, backend)`` returns an object with the same interface for
 every method and backend::
 
-    k = get_kernel("grid", "cpu")
-    i, j, dist = k.self_join(x, eps)          # i < j, int64; dist float32
+    k = get_kernel("grid", "cpu")             # or "gpu" (CuPy; imported lazily)
+    i, j, dist = k.self_join(x, eps)          # i < j, int64; dist float32 (numpy, on the host)
     i, j, dist = k.cross_join(a, b, eps)      # i indexes a, j indexes b
     n = k.self_count(x, eps); n = k.cross_count(a, b, eps)
     for i, j, dist in k.self_batches(x, eps, max_pairs=10**7): ...
+
+Every kernel makes the same exact decision (:mod:`.exact`), so every method and
+backend returns the same pair set.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 METHODS = ("grid", "brute")
-BACKENDS = ("cpu",)
+BACKENDS = ("cpu", "gpu")
 
 
-def _prepare(x: np.ndarray) -> np.ndarray:
+def _prepare(x) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype not in (np.float32, np.float64):
         x = x.astype(np.float64)
@@ -27,21 +30,38 @@ def _prepare(x: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class CpuKernel:
-    """The Numba driver of one method."""
+class Kernel:
+    """One method on one backend; ``options`` go to the driver (e.g. GPU grid tuning)."""
 
     method: str
+    backend: str = "cpu"
+    options: dict = field(default_factory=dict, hash=False, compare=False)
 
     def _join(self, a, b, eps):
+        if self.backend == "gpu":
+            return self._gpu_join(a, b, eps)
         a = _prepare(a)
         b = None if b is None else _prepare(b)
         if self.method == "grid":
             from .grid import GridJoin
 
-            return GridJoin(a, b, eps)
+            return GridJoin(a, b, eps, **self.options)
         from .brute import BruteJoin
 
         return BruteJoin(a, b, eps)
+
+    def _gpu_join(self, a, b, eps):
+        from .gpu_common import gpu_available
+
+        if not gpu_available():
+            raise RuntimeError("backend='gpu' was requested but CuPy sees no CUDA device on this worker")
+        if self.method == "grid":
+            from .grid_gpu import GpuGridJoin
+
+            return GpuGridJoin(a, b, eps, **self.options)
+        from .brute_gpu import GpuBruteJoin
+
+        return GpuBruteJoin(a, b, eps, **self.options)
 
     def self_join(self, x, eps, with_distance=True):
         return self._join(x, None, eps).pairs(with_distance)
@@ -62,12 +82,20 @@ class CpuKernel:
         return self._join(a, b, eps).batches(max_pairs, with_distance)
 
 
-def get_kernel(method: str, backend: str = "cpu") -> CpuKernel:
-    """The kernel of ``method`` ("grid" or "brute") on ``backend`` ("cpu")."""
+def resolve_backend(backend: str) -> str:
+    """'auto' -> 'gpu' where CuPy sees a CUDA device, else 'cpu'."""
+    if backend != "auto":
+        return backend
+    from .gpu_common import gpu_available
+
+    return "gpu" if gpu_available() else "cpu"
+
+
+def get_kernel(method: str, backend: str = "cpu", **options) -> Kernel:
+    """The kernel of ``method`` ("grid" or "brute") on ``backend`` ("cpu", "gpu" or "auto")."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    backend = resolve_backend(backend)
     if backend not in BACKENDS:
-        raise ValueError(
-            f"backend must be one of {BACKENDS} in this build, got {backend!r}; the GPU backend is not implemented yet"
-        )
-    return CpuKernel(method)
+        raise ValueError(f"backend must be one of {BACKENDS + ('auto',)}, got {backend!r}")
+    return Kernel(method, backend, dict(options))

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from .. import config
-from ..io.zarr_in import MemorySource, Source, ZarrSource
+from ..io.zarr_in import MemorySource, Source
 from ..validation import first_nonfinite_row
 from . import cache
 

@@ -1,0 +1,81 @@
+"""What the GPU drivers share: lazy CuPy import, device detection, module loading, host transfer.
+
+Only GPU drivers import this module, and it imports CuPy only when called.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+
+CUDA_DIR = os.path.join(os.path.dirname(__file__), "cuda")
+
+
+def cupy():
+    import cupy as cp
+
+    return cp
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_available() -> bool:
+    """True when CuPy imports and sees at least one CUDA device."""
+    try:
+        cp = cupy()
+        return cp.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - any import or driver failure means "no GPU here"
+        return False
+
+
+def cuda_source(name: str) -> str:
+    with open(os.path.join(CUDA_DIR, name)) as f:
+        return f.read()
+
+
+@functools.lru_cache(maxsize=None)
+def _module(name: str, device: int):
+    cp = cupy()
+    return cp.RawModule(code=cuda_source(name), options=("-std=c++17",))
+
+
+def kernel(name: str, function: str):
+    """A compiled kernel from ``cuda/<name>`` (compiled once per process and device, by NVRTC)."""
+    cp = cupy()
+    return _module(name, cp.cuda.runtime.getDevice()).get_function(function)
+
+
+def to_host(*arrays):
+    """Device arrays to numpy (None passes through)."""
+    cp = cupy()
+    out = []
+    for a in arrays:
+        out.append(None if a is None else cp.asnumpy(a))
+    cp.cuda.get_current_stream().synchronize()
+    return tuple(out)
+
+
+def free_device_memory() -> None:
+    """Give cached device blocks back (after an error, or between large tasks)."""
+    try:
+        cp = cupy()
+        cp.get_default_memory_pool().free_all_blocks()
+        cp.get_default_pinned_memory_pool().free_all_blocks()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def device_budget_bytes(fraction: float = 0.5) -> int:
+    """A share of the device's free memory, for sizing output batches."""
+    cp = cupy()
+    free, _total = cp.cuda.runtime.memGetInfo()
+    return int(free * fraction)
+
+
+def as_float64_contiguous(x) -> "object":
+    cp = cupy()
+    return cp.ascontiguousarray(cp.asarray(x, dtype=cp.float64))
+
+
+def empty_pairs(with_distance: bool):
+    return np.zeros(0, np.int64), np.zeros(0, np.int64), (np.zeros(0, np.float32) if with_distance else None)

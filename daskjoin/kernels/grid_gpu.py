@@ -1,0 +1,163 @@
+"""``grid`` method, GPU driver: the ε-grid join of ``cuda/grid.cu`` run through CuPy.
+
+Same geometry as the CPU driver (:func:`.grid_index.choose_grid`: at most 6
+indexed dimensions, those of largest spread; the rest are checked in the exact
+distance), index built on the GPU by sorting cell ids, then a count pass, a
+prefix sum and a fill pass over *items* (query point, lane).  Options:
+
+- ``threads_per_point``: k threads share a query point's neighbour rows;
+- ``sort_by_workload``: items ordered by their candidate count, heaviest first;
+- ``work_queue``: warps take items from an atomic counter (a persistent grid).
+
+Outputs larger than ``max_pairs`` come out in batches of items.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .exact import eps_squared
+from .gpu_common import cupy, kernel, to_host
+from .grid_index import MAX_CELL_ID, DENSE_CELLS_PER_POINT, boundary_slack, choose_grid
+
+BLOCK = 256
+MAX_INDEXED = 6
+
+
+class _DeviceIndex:
+    """Points of one side sorted by (cell id, last indexed coordinate, row), on the device."""
+
+    def __init__(self, x, spec):
+        cp = cupy()
+        x = cp.ascontiguousarray(cp.asarray(x, dtype=cp.float64))
+        n = x.shape[0]
+        self.n = n
+        if spec.k == 0 or n == 0:
+            ids = cp.zeros(n, cp.int64)
+            perm = cp.arange(n, dtype=cp.int64)
+        else:
+            dims = cp.asarray(spec.dims)
+            cells = cp.floor((x[:, dims] - cp.asarray(spec.origin)) / cp.asarray(spec.widths)).astype(cp.int64)
+            cells = cp.clip(cells, 0, cp.asarray(spec.ncells) - 1)
+            ids = (cells * cp.asarray(spec.strides)).sum(axis=1)
+            # stable sorts: by row (identity), then last indexed coordinate, then cell id
+            by_last = cp.argsort(x[:, int(spec.dims[-1])], kind="stable")
+            perm = by_last[cp.argsort(ids[by_last], kind="stable")]
+        self.points = cp.ascontiguousarray(x[perm])
+        self.perm = perm.astype(cp.int64)
+        self.cell = cp.ascontiguousarray(ids[perm])
+        if n:
+            flag = cp.flatnonzero(self.cell[1:] != self.cell[:-1]) + 1
+            starts = cp.concatenate([cp.zeros(1, cp.int64), flag.astype(cp.int64)])
+        else:
+            starts = cp.zeros(0, cp.int64)
+        self.cell_ids = cp.ascontiguousarray(self.cell[starts]) if n else cp.zeros(0, cp.int64)
+        self.cell_start = cp.concatenate([starts, cp.asarray([n], dtype=cp.int64)])
+        total = spec.total_cells
+        if spec.k and total <= max(DENSE_CELLS_PER_POINT * n, 1 << 16):
+            # first sorted point with cell id >= c, for every c (look-ups reach at most id total)
+            self.dense = cp.searchsorted(self.cell, cp.arange(total + 2, dtype=cp.int64), side="left").astype(cp.int64)
+            self.ndense = int(self.dense.shape[0])
+        else:
+            self.dense = cp.zeros(1, cp.int64)  # unused: ndense = 0 selects binary search over cell ids
+            self.ndense = 0
+
+
+class GpuGridJoin:
+    """A prepared GPU grid join: count, pairs or batches, pairs on the host in original row ids."""
+
+    def __init__(self, a, b, eps: float, *, threads_per_point: int = 1, sort_by_workload: bool = False,
+                 work_queue: bool = False, max_dims: int = MAX_INDEXED):
+        cp = cupy()
+        self.selfjoin = b is None
+        parts = [x for x in (a, b) if x is not None and x.shape[0]]
+        if parts:
+            lo = np.min([np.asarray(x.min(axis=0).get() if hasattr(x, "get") else x.min(axis=0)) for x in parts], axis=0)
+            hi = np.max([np.asarray(x.max(axis=0).get() if hasattr(x, "get") else x.max(axis=0)) for x in parts], axis=0)
+        else:
+            lo = hi = np.zeros(a.shape[1])
+        self.spec = choose_grid(lo.astype(np.float64), hi.astype(np.float64), eps, max_dims=min(max_dims, 8))
+        assert self.spec.total_cells <= MAX_CELL_ID
+        self.eps2 = eps_squared(eps)
+        self.tpp = int(threads_per_point)
+        self.work_queue = bool(work_queue)
+        self.data = _DeviceIndex(b if b is not None else a, self.spec)
+        self.query = self.data if b is None else _DeviceIndex(a, self.spec)
+        self.nitems = self.query.n * self.tpp
+        self.order = cp.arange(self.query.n, dtype=cp.int64)
+        self._geometry = (
+            cp.asarray(self.spec.dims, dtype=cp.int32), cp.asarray(self.spec.origin, dtype=cp.float64),
+            cp.asarray(self.spec.widths, dtype=cp.float64), cp.asarray(self.spec.ncells, dtype=cp.int64),
+            cp.asarray(self.spec.strides, dtype=cp.int64), cp.asarray(boundary_slack(self.spec), dtype=cp.float64),
+        )
+        self._counts = None
+        if sort_by_workload and self.nitems:
+            work = self._launch(2, 0, self.nitems)
+            per_point = work.reshape(self.query.n, self.tpp).sum(axis=1)
+            self.order = cp.argsort(-per_point, kind="stable").astype(cp.int64)
+
+    def _launch(self, mode, lo, hi, offsets=None, out=(None, None, None)):
+        cp = cupy()
+        q, dd = self.query, self.data
+        counts = cp.empty(max(hi - lo, 1), cp.int32) if mode != 1 else cp.empty(1, cp.int32)
+        dummy_i = cp.empty(1, cp.int64)
+        dummy_f = cp.empty(1, cp.float32)
+        oi, oj, od = (x if x is not None else d for x, d in zip(out, (dummy_i, dummy_i, dummy_f)))
+        offs = offsets if offsets is not None else dummy_i
+        queue = cp.full(1, lo, dtype=cp.uint64)
+        if self.work_queue:
+            sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+            grid = (max(1, min(sms * 8, -(-(hi - lo) // BLOCK))),)
+        else:
+            grid = (max(1, -(-(hi - lo) // BLOCK)),)
+        args = (
+            q.points, q.perm, q.cell, np.int64(q.n),
+            dd.points, dd.perm, np.int64(dd.n),
+            dd.cell_ids, dd.cell_start, np.int64(dd.cell_ids.shape[0]),
+            dd.dense, np.int64(dd.ndense),
+            np.int32(q.points.shape[1] if q.n else dd.points.shape[1] if dd.n else 1), np.int32(self.spec.k),
+            *self._geometry,
+            np.float64(self.eps2), np.int32(self.selfjoin), np.int32(self.tpp),
+            self.order, queue, np.int32(self.work_queue),
+            np.int32(mode), counts, offs, oi, oj, od, np.int64(lo), np.int64(hi),
+        )
+        if hi > lo:
+            kernel("grid.cu", "grid_join")(grid, (BLOCK,), args)
+        return counts[: hi - lo]
+
+    def counts(self):
+        """Pair count of every item (device array)."""
+        if self._counts is None:
+            self._counts = self._launch(0, 0, self.nitems) if self.nitems else cupy().zeros(0, cupy().int32)
+        return self._counts
+
+    def count(self) -> int:
+        return int(self.counts().sum(dtype=cupy().int64))
+
+    def _fill(self, lo: int, hi: int, with_distance: bool, device: bool = False):
+        cp = cupy()
+        counts = self.counts()[lo:hi]
+        offsets = cp.zeros(hi - lo + 1, cp.int64)
+        cp.cumsum(counts, dtype=cp.int64, out=offsets[1:])
+        size = int(offsets[-1])
+        oi, oj, od = cp.empty(size, cp.int64), cp.empty(size, cp.int64), cp.empty(size, cp.float32)
+        if size:
+            self._launch(1, lo, hi, offsets=offsets, out=(oi, oj, od))
+        if device:
+            return oi, oj, (od if with_distance else None)
+        return to_host(oi, oj, od if with_distance else None)
+
+    def pairs(self, with_distance: bool = True, device: bool = False):
+        return self._fill(0, self.nitems, with_distance, device)
+
+    def batches(self, max_pairs: int, with_distance: bool = True):
+        cp = cupy()
+        counts = self.counts()
+        cum = cp.cumsum(counts, dtype=cp.int64).get() if self.nitems else np.zeros(0, np.int64)
+        lo = 0
+        done = 0
+        while lo < self.nitems:
+            hi = int(np.searchsorted(cum, done + max(1, max_pairs), side="right"))
+            hi = min(max(hi, lo + 1), self.nitems)
+            yield self._fill(lo, hi, with_distance)
+            done = int(cum[hi - 1])
+            lo = hi
