@@ -53,6 +53,23 @@ def timed(func, repeat=3):
     return best, out
 
 
+def task_breakdown(path, eps, method):
+    """On a worker: seconds to read the Zarr input, join on the GPU, and build the pandas frame."""
+    import zarr
+
+    from daskjoin.execution.task import to_frame
+    from daskjoin.kernels import get_kernel
+
+    t0 = time.perf_counter()
+    x = zarr.open_array(path, mode="r")[:]
+    t1 = time.perf_counter()
+    got = get_kernel(method, "gpu").self_join(x, eps)
+    t2 = time.perf_counter()
+    frame = to_frame(*got)
+    t3 = time.perf_counter()
+    return {"read_s": t1 - t0, "join_s": t2 - t1, "frame_s": t3 - t2, "rows": len(frame)}
+
+
 def torch_cdist_count(x, eps, dtype, tile=8192):
     import torch
 
@@ -109,6 +126,11 @@ def main() -> int:
         info.update(kernel_s=seconds, pairs=pairs, gpu_pool_bytes=int(peak))
         rows.append((name, f"daskjoin {method} kernel (host->host)", seconds, pairs))
         del got
+        if method == "grid":
+            s_dev, got = timed(lambda: kern._join(x, None, eps).pairs(True, device=True), args.repeat)
+            info["kernel_device_out_s"] = s_dev
+            rows.append((name, "  of which on the GPU (host in, pairs left on the device)", s_dev, len(got[0])))
+            del got
         if args.variants and method == "grid":
             variants = {}
             for tpp in (1, 2, 4, 8):
@@ -144,6 +166,11 @@ def main() -> int:
             with dask.config.set({"daskjoin.memory-budget": "16GiB"}):
                 for label in ("first", "warm"):
                     start = time.perf_counter()
+                    plan = dj.plan_join(path, eps=eps, backend="gpu", client=client)
+                    info[f"e2e_{label}_plan_s"] = time.perf_counter() - start
+                    rows.append((name, f"  plan ({label}; {plan.ntasks} task(s), {plan.partitioning})",
+                                 info[f"e2e_{label}_plan_s"], 0))
+                    start = time.perf_counter()
                     frame = dj.similarity_join(path, eps=eps, backend="gpu", client=client).persist()
                     wait(frame)
                     s = time.perf_counter() - start
@@ -151,6 +178,10 @@ def main() -> int:
                     info[f"e2e_{label}_s"] = s
                     rows.append((name, f"daskjoin end to end ({label}; Zarr -> persisted)", s, n_e2e))
                     del frame
+                parts = client.submit(task_breakdown, path, eps, method, pure=False).result()
+                info["task_breakdown"] = parts
+                for key in ("read_s", "join_s", "frame_s"):
+                    rows.append((name, f"  worker: {key[:-2]}", parts[key], parts["rows"]))
         if name == "2d":
             from scipy.spatial import cKDTree
 

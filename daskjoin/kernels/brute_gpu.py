@@ -75,7 +75,7 @@ class GpuBruteJoin:
         G = self.A32[r0:r1] @ self.B32[c0:].T
         conv, gamma2 = error_constants(self.d)
         rows = r1 - r0
-        grid = (int(min(-(-rows * cols // BLOCK), 1 << 20)),)
+        grid = (int(max(1, min(-(-cols // BLOCK), 64))), int(min(rows, 65535)))
         counter = cp.zeros(1, cp.uint64)
         capacity = 0 if count_only else self._capacity
         while True:

@@ -21,14 +21,17 @@ extern "C" __global__ void brute_filter(
     double eps_hi, double eps2, double conv, double gamma2, int selfjoin,
     unsigned long long* __restrict__ counter, i64 capacity,
     i64* __restrict__ oi, i64* __restrict__ oj, float* __restrict__ od) {
-    const i64 total = rows * cols;
-    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
-        const i64 r = idx / cols;
-        const i64 c = idx - r * cols;
-        const i64 i = r0 + r, j = c0 + c;
-        if (selfjoin && j <= i) continue;
-        const float s = na[r] + nb[c] - 2.0f * G[idx];
-        const double norms = ra[r] + rb[c];
+    // rows along y (grid-strided), columns along x: no 64-bit division per element
+    for (i64 r = blockIdx.y; r < rows; r += gridDim.y) {
+      const float nar = na[r];
+      const double rar = ra[r];
+      const i64 i = r0 + r;
+      const i64 first = selfjoin ? (i + 1 - c0 > 0 ? i + 1 - c0 : 0) : 0;
+      for (i64 c = first + (i64)blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += (i64)gridDim.x * blockDim.x) {
+        const i64 idx = r * cols + c;
+        const i64 j = c0 + c;
+        const float s = nar + nb[c] - 2.0f * G[idx];
+        const double norms = rar + rb[c];
         const double reach = eps_hi + conv * norms;
         const double threshold = reach * reach + gamma2 * norms * norms;
         if ((double)s > threshold) continue;
@@ -48,5 +51,6 @@ extern "C" __global__ void brute_filter(
             oj[pos] = j;
             od[pos] = (float)sqrt(acc);
         }
+      }
     }
 }
