@@ -145,6 +145,17 @@ def main() -> int:
             info["variants"] = variants
             best = min(variants, key=variants.get)
             rows.append((name, f"  best variant {best}", variants[best], pairs))
+        if args.variants and method == "brute":
+            variants = {}
+            for tile in (128, 256, 512, 1024):
+                k = get_kernel("brute", "gpu", tile=tile)
+                s, out = timed(lambda: k.self_join(x, eps), 2)
+                assert len(out[0]) == pairs, (tile, len(out[0]), pairs)
+                variants[f"tile={tile}"] = s
+                del out
+            info["variants"] = variants
+            best = min(variants, key=variants.get)
+            rows.append((name, f"  best variant {best}", variants[best], pairs))
         if args.cpu_reference:
             start = time.perf_counter()
             ref = get_kernel(method if method == "grid" else "grid", "cpu").self_count(x, eps)

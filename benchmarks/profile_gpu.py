@@ -11,6 +11,44 @@ import numpy as np
 from daskjoin.io.synth import design_clusters_64d, eps_for_neighbours, generate
 
 
+def index_steps(x, eps):
+    """The steps of grid_gpu._DeviceIndex, each timed."""
+    import cupy as cp
+
+    from daskjoin.kernels.grid_index import choose_grid
+
+    marks = []
+
+    def mark(label):
+        cp.cuda.Device().synchronize()
+        marks.append((label, time.perf_counter()))
+
+    mark("start")
+    lo, hi = x.min(axis=0).astype(np.float64), x.max(axis=0).astype(np.float64)
+    spec = choose_grid(lo, hi, eps)
+    mark("host bounds+spec")
+    xd = cp.ascontiguousarray(cp.asarray(x, dtype=cp.float64))
+    mark("H2D+cast")
+    dims = cp.asarray(spec.dims)
+    cells = cp.floor((xd[:, dims] - cp.asarray(spec.origin)) / cp.asarray(spec.widths)).astype(cp.int64)
+    cells = cp.clip(cells, 0, cp.asarray(spec.ncells) - 1)
+    ids = (cells * cp.asarray(spec.strides)).sum(axis=1)
+    mark("cell ids")
+    by_last = cp.argsort(xd[:, int(spec.dims[-1])], kind="stable")
+    mark("argsort last")
+    perm = by_last[cp.argsort(ids[by_last], kind="stable")]
+    mark("argsort ids")
+    pts = cp.ascontiguousarray(xd[perm])
+    cell = cp.ascontiguousarray(ids[perm])
+    mark("gather")
+    flag = cp.flatnonzero(cell[1:] != cell[:-1]) + 1
+    mark("boundaries")
+    dense = cp.searchsorted(cell, cp.arange(spec.total_cells + 2, dtype=cp.int64), side="left")
+    mark("dense table")
+    del pts, dense, flag
+    return " ".join(f"{b[0]} {b[1] - a[1]:.4f}" for a, b in zip(marks[:-1], marks[1:]))
+
+
 def main() -> int:
     import cupy as cp
     import cupyx
@@ -26,6 +64,8 @@ def main() -> int:
         n = 2_000_000
         x = generate("uniform", n, d, seed=0)
         eps = eps_for_neighbours(n, d, 32)
+        for _ in range(2):
+            print(f"index {d}-d:", index_steps(x, eps))
         for _ in range(2):
             t0 = clock()
             g = GpuGridJoin(x, None, eps)
@@ -56,20 +96,20 @@ def main() -> int:
         t1 = clock()
         gemm = filt = 0.0
         total = 0
-        for r0 in range(0, b.n, b.tile_rows):
-            r1 = min(r0 + b.tile_rows, b.n)
+        ranges = b._ranges()
+        for lo, hi in ranges:
             s0 = clock()
-            G = b.A32[r0:r1] @ b.B32[r0:].T
+            G = cp.matmul(b.A.x32[b.pairs_p[lo:hi]], b.B.x32[b.pairs_q[lo:hi]].transpose(0, 2, 1))
             s1 = clock()
             del G
             gemm += s1 - s0
             s2 = clock()
-            found, got = b._tile(r0, r1, False)
+            found, got = b._batch(lo, hi, False)
             s3 = clock()
             filt += s3 - s2
             total += found
-        print(f"brute 64-d: prepare {t1-t0:.3f} tiles {-(-b.n // b.tile_rows)} of {b.tile_rows} rows; "
-              f"GEMM alone {gemm:.3f}; tile (GEMM+filter+sort) {filt:.3f}; pairs {total}")
+        print(f"brute 64-d: prepare {t1-t0:.3f}; {len(ranges)} batches, {b.pairs_p.shape[0]} tile pairs "
+              f"({b.kept_fraction:.2%} kept); GEMM alone {gemm:.3f}; batch (GEMM+filter+sort) {filt:.3f}; pairs {total}")
     return 0
 
 

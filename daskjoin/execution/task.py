@@ -40,10 +40,20 @@ def meta_frame(with_distance: bool = True) -> pd.DataFrame:
 
 
 def _read(reader, rows: tuple[int, int]):
+    """The rows' points and their original ids: an id array (sorted copies) or the first row's id."""
     start, stop = rows
     if isinstance(reader, SortedCopy):
         return reader.read(start, stop)
-    return reader.read(start, stop), np.arange(start, stop, dtype=np.int64)
+    return reader.read(start, stop), start
+
+
+def _to_original(local: np.ndarray, ids) -> np.ndarray:
+    """Local row numbers to original ids: an offset added in place, or a look-up in an id array."""
+    if isinstance(ids, (int, np.integer)):
+        if ids:
+            local += ids
+        return local
+    return ids[local]
 
 
 def _set_threads() -> None:
@@ -72,9 +82,11 @@ class _Sides:
             self.pb, self.ib = _read(job.reader_b if job.reader_b is not None else job.reader_a, part.b)
 
     def _globalize(self, li, lj, dist, cross: bool):
-        i = self.ia[li]
-        j = (self.ib if cross else self.ia)[lj]
-        if self.job.selfjoin:
+        ids_b = self.ib if cross else self.ia
+        i, j = _to_original(li, self.ia), _to_original(lj, ids_b)
+        if self.job.selfjoin and not (isinstance(self.ia, int) and isinstance(ids_b, int)):
+            # sorted copies reorder rows: restore i < j (row offsets keep the kernels' order:
+            # a chunk-pair task's first block always precedes its second)
             i, j = np.minimum(i, j), np.maximum(i, j)
         return i, j, dist
 

@@ -14,6 +14,13 @@ So s <= (eps (1 + 1e-9) + c1 (|x~| + |y~|))^2 + c2 (|x~| + |y~|)^2 with
 c1 = 2u and c2 = 2 gamma_{d+4} (both twice the bound) keeps every true pair;
 each candidate is then decided exactly in float64.  TF32 would break the bound,
 so it is refused (CuPy uses it only when CUPY_TF32=1).
+
+Work is cut as in Böhm's GPU nested-loop join: rows are sorted by their ε-grid
+cell on the dimensions of largest spread (locality), cut into tiles of
+``tile`` rows with float64 bounding boxes, and only tile pairs whose boxes are
+within eps are multiplied (batched GEMM).  Box pruning is exact (monotone
+rounding, see ``planning.bounds.box_d2``); on clustered data it skips most of
+the n^2 products, on structureless data it costs one cheap pass.
 """
 from __future__ import annotations
 
@@ -22,7 +29,9 @@ import os
 import numpy as np
 
 from .exact import eps_squared
-from .gpu_common import cupy, device_budget_bytes, kernel
+from .gpu_common import cupy, device_budget_bytes, kernel, to_host
+from .grid_index import choose_grid
+from .grid_gpu import _DeviceIndex, device_bounds, to_device64
 
 U32 = 2.0 ** -24
 BLOCK = 256
@@ -35,47 +44,92 @@ def error_constants(d: int) -> tuple[float, float]:
     return 2.0 * U32, 2.0 * gamma
 
 
+class _Side:
+    """One join side on the device: rows sorted for locality, padded to whole tiles."""
+
+    def __init__(self, x, spec, centre, tile: int):
+        cp = cupy()
+        index = _DeviceIndex(x, spec)
+        self.n = index.n
+        self.perm = index.perm
+        self.points = index.points  # float64, sorted
+        ntiles = max(1, -(-self.n // tile))
+        pad = ntiles * tile - self.n
+        shifted = (self.points - centre).astype(cp.float32)
+        if pad and self.n:
+            shifted = cp.concatenate([shifted, cp.repeat(shifted[-1:], pad, axis=0)])
+            boxed = cp.concatenate([self.points, cp.repeat(self.points[-1:], pad, axis=0)])
+        else:
+            boxed = self.points
+        d = int(self.points.shape[1]) if self.points.ndim == 2 else 0
+        self.x32 = cp.ascontiguousarray(shifted).reshape(ntiles, tile, d) if self.n else cp.zeros((0, tile, d), cp.float32)
+        self.norm2 = (shifted * shifted).sum(axis=1) if self.n else cp.zeros(0, cp.float32)
+        self.norm = cp.sqrt((shifted.astype(cp.float64) ** 2).sum(axis=1)) if self.n else cp.zeros(0)
+        tiles = boxed.reshape(ntiles, tile, d) if self.n else cp.zeros((0, tile, d))
+        self.lo = tiles.min(axis=1) if self.n else cp.zeros((0, d))
+        self.hi = tiles.max(axis=1) if self.n else cp.zeros((0, d))
+        self.ntiles = ntiles if self.n else 0
+
+
 class GpuBruteJoin:
     """A prepared GPU brute-force join; pairs on the host, in original row ids."""
 
-    def __init__(self, a, b, eps: float, *, tile_bytes: int | None = None):
+    # tile=256 from benchmarks/bench_gpu.py on an H200 (200k x 64-d clusters): small tiles rarely
+    # straddle two clusters, so their boxes stay tight and most tile pairs are pruned.
+    def __init__(self, a, b, eps: float, *, tile: int = 256, batch_bytes: int | None = None):
         if os.environ.get("CUPY_TF32", "0") not in ("", "0"):
             raise RuntimeError("CUPY_TF32 is set: TF32 products break the brute kernel's error bound; unset it")
         cp = cupy()
         self.selfjoin = b is None
-        self.A = cp.ascontiguousarray(cp.asarray(a, dtype=cp.float64))
-        self.B = self.A if b is None else cp.ascontiguousarray(cp.asarray(b, dtype=cp.float64))
-        self.n, self.m = int(self.A.shape[0]), int(self.B.shape[0])
-        self.d = int(self.A.shape[1])
+        self.tile = int(tile)
         self.eps = float(eps)
         self.eps2 = eps_squared(eps)
-        sides = [x for x in (self.A, self.B) if x.shape[0]]
-        if sides:
-            lo = cp.min(cp.stack([x.min(axis=0) for x in sides]), axis=0)
-            hi = cp.max(cp.stack([x.max(axis=0) for x in sides]), axis=0)
-            centre = (lo + hi) / 2
-        else:
-            centre = cp.zeros(self.d)
-        self.A32 = cp.ascontiguousarray((self.A - centre).astype(cp.float32))
-        self.B32 = self.A32 if b is None else cp.ascontiguousarray((self.B - centre).astype(cp.float32))
-        self.na = (self.A32 * self.A32).sum(axis=1)
-        self.nb = self.na if b is None else (self.B32 * self.B32).sum(axis=1)
-        self.ra = cp.sqrt((self.A32.astype(cp.float64) ** 2).sum(axis=1))
-        self.rb = self.ra if b is None else cp.sqrt((self.B32.astype(cp.float64) ** 2).sum(axis=1))
-        budget = tile_bytes if tile_bytes is not None else min(8 << 30, device_budget_bytes(0.25))
-        self.tile_rows = max(1, min(max(self.n, 1), budget // max(1, 4 * max(self.m, 1))))
+        a = to_device64(a)
+        b = None if b is None else to_device64(b)
+        self.d = int(a.shape[1])
+        lo, hi = device_bounds(a, b)
+        spec = choose_grid(lo, hi, eps, max_dims=6)
+        centre = cp.asarray((lo + hi) / 2)
+        self.A = _Side(a, spec, centre, self.tile)
+        self.B = self.A if b is None else _Side(b, spec, centre, self.tile)
+        budget = batch_bytes if batch_bytes is not None else min(4 << 30, device_budget_bytes(0.25))
+        self.batch = max(1, min(65535, budget // (4 * self.tile * self.tile)))
+        self.pairs_p, self.pairs_q = self._tile_pairs()
         self._capacity = 1 << 16
 
-    def _tile(self, r0: int, r1: int, count_only: bool):
+    def _tile_pairs(self):
+        """Tile pairs whose boxes are within eps (self-join: p <= q), in row-major order."""
         cp = cupy()
-        c0 = r0 if self.selfjoin else 0
-        cols = self.m - c0
-        if r1 <= r0 or cols <= 0:
-            return 0, None
-        G = self.A32[r0:r1] @ self.B32[c0:].T
+        A, B = self.A, self.B
+        if not A.ntiles or not B.ntiles:
+            return cp.zeros(0, cp.int64), cp.zeros(0, cp.int64)
+        keep_p, keep_q = [], []
+        step = max(1, (64 << 20) // max(1, B.ntiles * 8))
+        for p0 in range(0, A.ntiles, step):
+            p1 = min(A.ntiles, p0 + step)
+            total = cp.zeros((p1 - p0, B.ntiles))
+            for k in range(self.d):  # dimension order, like the exact distance
+                gap = cp.maximum(cp.maximum(B.lo[None, :, k] - A.hi[p0:p1, None, k], A.lo[p0:p1, None, k] - B.hi[None, :, k]), 0.0)
+                total += gap * gap
+            near = total <= self.eps2
+            if self.selfjoin:
+                near &= cp.arange(B.ntiles)[None, :] >= cp.arange(p0, p1)[:, None]
+            p, q = cp.nonzero(near)
+            keep_p.append(p + p0)
+            keep_q.append(q)
+        return cp.concatenate(keep_p).astype(cp.int64), cp.concatenate(keep_q).astype(cp.int64)
+
+    @property
+    def kept_fraction(self) -> float:
+        total = self.A.ntiles * (self.A.ntiles + 1) / 2 if self.selfjoin else self.A.ntiles * self.B.ntiles
+        return float(self.pairs_p.shape[0]) / total if total else 0.0
+
+    def _batch(self, lo: int, hi: int, count_only: bool):
+        cp = cupy()
+        P, Q = self.pairs_p[lo:hi], self.pairs_q[lo:hi]
+        G = cp.matmul(self.A.x32[P], self.B.x32[Q].transpose(0, 2, 1))
         conv, gamma2 = error_constants(self.d)
-        rows = r1 - r0
-        grid = (int(max(1, min(-(-cols // BLOCK), 64))), int(min(rows, 65535)))
+        grid = (max(1, -(-self.tile // BLOCK)), min(self.tile, 1024), hi - lo)
         counter = cp.zeros(1, cp.uint64)
         capacity = 0 if count_only else self._capacity
         while True:
@@ -84,9 +138,9 @@ class GpuBruteJoin:
             od = cp.empty(max(capacity, 1), cp.float32)
             counter.fill(0)
             kernel("brute.cu", "brute_filter")(grid, (BLOCK,), (
-                G, np.int64(rows), np.int64(cols), np.int64(r0), np.int64(c0),
-                self.na[r0:r1], self.nb[c0:], self.ra[r0:r1], self.rb[c0:],
-                self.A, self.B, np.int32(self.d),
+                G, P, Q, np.int32(self.tile), np.int64(self.A.n), np.int64(self.B.n),
+                self.A.norm2, self.B.norm2, self.A.norm, self.B.norm, self.A.points, self.B.points,
+                self.A.perm, self.B.perm, np.int32(self.d),
                 np.float64(self.eps * (1.0 + 1e-9)), np.float64(self.eps2), np.float64(conv), np.float64(gamma2),
                 np.int32(self.selfjoin), counter, np.int64(capacity), oi, oj, od,
             ))
@@ -101,24 +155,27 @@ class GpuBruteJoin:
         order = cp.lexsort(cp.stack([oj, oi]))  # deterministic: by (i, j)
         return found, (oi[order], oj[order], od[order])
 
-    def count(self) -> int:
-        return sum(self._tile(r0, min(r0 + self.tile_rows, self.n), True)[0] for r0 in range(0, self.n, self.tile_rows))
+    def _ranges(self):
+        total = int(self.pairs_p.shape[0])
+        return [(lo, min(lo + self.batch, total)) for lo in range(0, total, self.batch)]
 
-    def _tiles(self, with_distance: bool):
-        for r0 in range(0, self.n, self.tile_rows):
-            found, got = self._tile(r0, min(r0 + self.tile_rows, self.n), False)
+    def count(self) -> int:
+        return sum(self._batch(lo, hi, True)[0] for lo, hi in self._ranges())
+
+    def _device_parts(self):
+        for lo, hi in self._ranges():
+            found, got = self._batch(lo, hi, False)
             if found:
-                i, j, d = (x.get() for x in got)
-                yield i, j, (d if with_distance else None)
+                yield got
 
     def pairs(self, with_distance: bool = True):
-        parts = list(self._tiles(with_distance))
+        cp = cupy()
+        parts = list(self._device_parts())
         if not parts:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), (np.zeros(0, np.float32) if with_distance else None)
-        i = np.concatenate([p[0] for p in parts])
-        j = np.concatenate([p[1] for p in parts])
-        d = np.concatenate([p[2] for p in parts]) if with_distance else None
-        return i, j, d
+        i, j, d = (cp.concatenate([p[t] for p in parts]) for t in range(3))
+        return to_host(i, j, d if with_distance else None)
 
     def batches(self, max_pairs: int, with_distance: bool = True):
-        yield from self._tiles(with_distance)
+        for i, j, d in self._device_parts():
+            yield to_host(i, j, d if with_distance else None)

@@ -46,11 +46,23 @@ def kernel(name: str, function: str):
 
 
 def to_host(*arrays):
-    """Device arrays to numpy (None passes through)."""
+    """Device arrays to numpy arrays in pinned host memory (None passes through).
+
+    Pinned buffers come from CuPy's pinned pool, so a worker reuses them from task to
+    task; copies into them run at full PCIe speed (about 20x faster than into
+    pageable memory on an H200 host: 12 ms instead of 0.22 s for 32M pairs).
+    """
+    import cupyx
+
     cp = cupy()
     out = []
     for a in arrays:
-        out.append(None if a is None else cp.asnumpy(a))
+        if a is None:
+            out.append(None)
+            continue
+        host = cupyx.empty_pinned(a.shape, a.dtype)
+        a.get(out=host, blocking=False)
+        out.append(host)
     cp.cuda.get_current_stream().synchronize()
     return tuple(out)
 

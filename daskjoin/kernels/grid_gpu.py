@@ -23,12 +23,30 @@ BLOCK = 256
 MAX_INDEXED = 6
 
 
+def to_device64(x):
+    """Host or device rows as a contiguous float64 device array (copied in their own dtype, cast there)."""
+    cp = cupy()
+    return cp.ascontiguousarray(cp.asarray(x).astype(cp.float64, copy=False))
+
+
+def device_bounds(*sides):
+    """Per-dimension min and max over the non-empty sides (device arrays), as float64 numpy."""
+    cp = cupy()
+    parts = [x for x in sides if x is not None and x.shape[0]]
+    if not parts:
+        d = next(x.shape[1] for x in sides if x is not None)
+        return np.zeros(d), np.zeros(d)
+    lo = cp.min(cp.stack([x.min(axis=0) for x in parts]), axis=0).get()
+    hi = cp.max(cp.stack([x.max(axis=0) for x in parts]), axis=0).get()
+    return lo.astype(np.float64), hi.astype(np.float64)
+
+
 class _DeviceIndex:
     """Points of one side sorted by (cell id, last indexed coordinate, row), on the device."""
 
     def __init__(self, x, spec):
         cp = cupy()
-        x = cp.ascontiguousarray(cp.asarray(x, dtype=cp.float64))
+        x = to_device64(x)
         n = x.shape[0]
         self.n = n
         if spec.k == 0 or n == 0:
@@ -72,13 +90,10 @@ class GpuGridJoin:
                  work_queue: bool = True, max_dims: int = MAX_INDEXED):
         cp = cupy()
         self.selfjoin = b is None
-        parts = [x for x in (a, b) if x is not None and x.shape[0]]
-        if parts:
-            lo = np.min([np.asarray(x.min(axis=0).get() if hasattr(x, "get") else x.min(axis=0)) for x in parts], axis=0)
-            hi = np.max([np.asarray(x.max(axis=0).get() if hasattr(x, "get") else x.max(axis=0)) for x in parts], axis=0)
-        else:
-            lo = hi = np.zeros(a.shape[1])
-        self.spec = choose_grid(lo.astype(np.float64), hi.astype(np.float64), eps, max_dims=min(max_dims, 8))
+        a = to_device64(a)
+        b = None if b is None else to_device64(b)
+        lo, hi = device_bounds(a, b)
+        self.spec = choose_grid(lo, hi, eps, max_dims=min(max_dims, 8))
         assert self.spec.total_cells <= MAX_CELL_ID
         self.eps2 = eps_squared(eps)
         self.tpp = int(threads_per_point)
