@@ -81,6 +81,31 @@ def _backend(backend: str, client) -> str:
     return backend
 
 
+def check_join_inputs(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto", backend: str = "auto",
+                      memory_budget=None):
+    """Every check that needs no cluster (raises :class:`InputError`); returns (eps, A, B, budget).
+
+    Runs before any client is resolved or started, so bad input costs nothing.
+    """
+    eps = check_eps(eps)
+    _choice(method, ("auto",) + METHODS, "method")
+    _choice(partitioning, PARTITIONINGS, "partitioning")
+    _choice(backend, BACKENDS, "backend")
+    budget = _budget(memory_budget)
+    src_a = open_points(a, "A")
+    src_b = None if b is None else open_points(b, "B")
+    if src_b is not None:
+        check_same_dims(src_a.d, src_b.d)
+    return eps, src_a, src_b, budget
+
+
+def _plan(checked, *, method, partitioning, backend, client) -> Plan:
+    eps, src_a, src_b, budget = checked
+    resolved_backend = _backend(backend, client)
+    return make_plan(src_a, src_b, eps, method=method, partitioning=partitioning, backend=resolved_backend,
+                     memory_budget=budget, runner=ClusterRunner(client))
+
+
 def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto", backend: str = "auto",
               memory_budget=None, client=None) -> Plan:
     """Plan an ε-join without running it.
@@ -115,19 +140,9 @@ def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto
     >>> plan.ntasks
     1
     """
-    eps = check_eps(eps)
-    _choice(method, ("auto",) + METHODS, "method")
-    _choice(partitioning, PARTITIONINGS, "partitioning")
-    budget = _budget(memory_budget)
-    src_a = open_points(a, "A")
-    src_b = None if b is None else open_points(b, "B")
-    if src_b is not None:
-        check_same_dims(src_a.d, src_b.d)
-    client = resolve_client(client)
-    resolved_backend = _backend(backend, client)
-    runner = ClusterRunner(client)
-    return make_plan(src_a, src_b, eps, method=method, partitioning=partitioning, backend=resolved_backend,
-                     memory_budget=budget, runner=runner)
+    checked = check_join_inputs(a, b, eps=eps, method=method, partitioning=partitioning, backend=backend,
+                                memory_budget=memory_budget)
+    return _plan(checked, method=method, partitioning=partitioning, backend=backend, client=resolve_client(client))
 
 
 def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto", backend: str = "auto",
@@ -186,10 +201,11 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
         if output == "count":
             raise InputError("output='count' returns a number; it cannot be combined with out=PATH")
         out = check_output_path(out, overwrite)
+    checked = check_join_inputs(a, b, eps=eps, method=method, partitioning=partitioning, backend=backend,
+                                memory_budget=memory_budget)
     client = resolve_client(client)
     start = time.perf_counter()
-    plan = plan_join(a, b, eps=eps, method=method, partitioning=partitioning, backend=backend,
-                     memory_budget=memory_budget, client=client)
+    plan = _plan(checked, method=method, partitioning=partitioning, backend=backend, client=client)
     planned = time.perf_counter()
     if output == "count":
         return graph.count(plan, client, progress=progress)

@@ -87,6 +87,7 @@ def _join(args) -> int:
     common = dict(eps=args.eps, method=args.method, partitioning=args.partitioning, memory_budget=args.memory_budget)
     if args.out:
         check_output_path(args.out, args.overwrite)
+    dj.api.check_join_inputs(args.a, args.b, **common)  # before any cluster is reached or started
     client = _client(args)
     start = time.perf_counter()
     if args.count:
@@ -106,6 +107,8 @@ def _join(args) -> int:
 def _plan(args) -> int:
     import daskjoin as dj
 
+    dj.api.check_join_inputs(args.a, args.b, eps=args.eps, method=args.method, partitioning=args.partitioning,
+                             memory_budget=args.memory_budget)
     plan = dj.plan_join(args.a, args.b, eps=args.eps, method=args.method, partitioning=args.partitioning,
                         memory_budget=args.memory_budget, client=_client(args))
     print(plan.explain())

@@ -79,7 +79,7 @@ def raise_nonfinite(name: str, row: int) -> None:
 
 def check_output_path(path, overwrite: bool) -> str:
     """Refuse an existing output path unless ``overwrite`` is set."""
-    path = os.fspath(path)
+    path = os.path.abspath(os.fspath(path))  # workers may run in another directory
     if os.path.exists(path) and not overwrite:
         raise InputError(
             f"output path {path!r} already exists; choose another path or pass overwrite=True "

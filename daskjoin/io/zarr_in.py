@@ -102,7 +102,7 @@ def _zarr_source(arr, label: str) -> Source:
         return MemorySource(as_float(np.asarray(arr[:])), label=label)
     chunk_rows = int(arr.chunks[0]) if arr.shape[0] else 1
     return ZarrSource(
-        store_path=os.fspath(root),
+        store_path=os.path.abspath(os.fspath(root)),  # workers may run in another directory
         array_path=arr.path,
         shape=tuple(int(s) for s in arr.shape),
         dtype=str(arr.dtype),

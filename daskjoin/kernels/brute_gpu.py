@@ -15,10 +15,12 @@ c1 = 2u and c2 = 2 gamma_{d+4} (both twice the bound) keeps every true pair;
 each candidate is then decided exactly in float64.  TF32 would break the bound,
 so it is refused (CuPy uses it only when CUPY_TF32=1).
 
-Work is cut as in Böhm's GPU nested-loop join: rows are sorted by their ε-grid
-cell on the dimensions of largest spread (locality), cut into tiles of
-``tile`` rows with float64 bounding boxes, and only tile pairs whose boxes are
-within eps are multiplied (batched GEMM).  Box pruning is exact (monotone
+Work is cut as in Böhm's GPU nested-loop join: rows are ordered for locality,
+cut into tiles of ``tile`` rows with float64 bounding boxes, and only tile pairs
+whose boxes are within eps are multiplied (batched GEMM).  The order groups rows
+by their nearest *pivot* (one pivot per tile, taken evenly from the rows; pivots
+chained greedily nearest-to-nearest), which keeps a tile inside one region of
+space in any dimensionality - a grid on a few dimensions does not at 64-d.  Box pruning is exact (monotone
 rounding, see ``planning.bounds.box_d2``); on clustered data it skips most of
 the n^2 products, on structureless data it costs one cheap pass.
 """
@@ -30,8 +32,7 @@ import numpy as np
 
 from .exact import eps_squared
 from .gpu_common import cupy, device_budget_bytes, kernel, to_host
-from .grid_index import choose_grid
-from .grid_gpu import _DeviceIndex, device_bounds, to_device64
+from .grid_gpu import device_bounds, to_device64
 
 U32 = 2.0 ** -24
 BLOCK = 256
@@ -44,15 +45,46 @@ def error_constants(d: int) -> tuple[float, float]:
     return 2.0 * U32, 2.0 * gamma
 
 
-class _Side:
-    """One join side on the device: rows sorted for locality, padded to whole tiles."""
+def pivot_order(x, tile: int):
+    """A locality order of the rows of device array ``x``: grouped by nearest pivot, pivots chained.
 
-    def __init__(self, x, spec, centre, tile: int):
+    Only the order depends on this (float32 arithmetic is fine here); exactness never does.
+    """
+    cp = cupy()
+    n = x.shape[0]
+    m = int(min(4096, max(1, n // max(1, tile))))
+    if n == 0 or m == 1:
+        return cp.arange(n, dtype=cp.int64)
+    pivots = x[:: max(1, n // m)][:m].astype(cp.float32)
+    # chain the pivots greedily (each next pivot is the nearest unvisited one)
+    pnorm = (pivots * pivots).sum(axis=1)
+    dist = (pnorm[:, None] + pnorm[None, :] - 2.0 * (pivots @ pivots.T)).get()
+    chain = np.empty(m, np.int64)
+    current = 0
+    for t in range(m):
+        chain[t] = current
+        dist[:, current] = np.inf
+        if t + 1 < m:
+            current = int(np.argmin(dist[current]))
+    rank = cp.empty(m, cp.int64)
+    rank[cp.asarray(chain)] = cp.arange(m, dtype=cp.int64)
+    nearest = cp.empty(n, cp.int64)
+    step = 1 << 16
+    for r0 in range(0, n, step):
+        xs = x[r0:r0 + step].astype(cp.float32)
+        nearest[r0:r0 + step] = cp.argmin(pnorm[None, :] - 2.0 * (xs @ pivots.T), axis=1)
+    return cp.argsort(rank[nearest], kind="stable").astype(cp.int64)
+
+
+class _Side:
+    """One join side on the device: rows in locality order, padded to whole tiles."""
+
+    def __init__(self, x, centre, tile: int):
         cp = cupy()
-        index = _DeviceIndex(x, spec)
-        self.n = index.n
-        self.perm = index.perm
-        self.points = index.points  # float64, sorted
+        x = to_device64(x)
+        self.n = int(x.shape[0])
+        self.perm = pivot_order(x, tile)
+        self.points = cp.ascontiguousarray(x[self.perm])  # float64, in locality order
         ntiles = max(1, -(-self.n // tile))
         pad = ntiles * tile - self.n
         shifted = (self.points - centre).astype(cp.float32)
@@ -88,10 +120,9 @@ class GpuBruteJoin:
         b = None if b is None else to_device64(b)
         self.d = int(a.shape[1])
         lo, hi = device_bounds(a, b)
-        spec = choose_grid(lo, hi, eps, max_dims=6)
         centre = cp.asarray((lo + hi) / 2)
-        self.A = _Side(a, spec, centre, self.tile)
-        self.B = self.A if b is None else _Side(b, spec, centre, self.tile)
+        self.A = _Side(a, centre, self.tile)
+        self.B = self.A if b is None else _Side(b, centre, self.tile)
         budget = batch_bytes if batch_bytes is not None else min(4 << 30, device_budget_bytes(0.25))
         self.batch = max(1, min(65535, budget // (4 * self.tile * self.tile)))
         self.pairs_p, self.pairs_q = self._tile_pairs()

@@ -78,7 +78,7 @@ class Plan:
             f"  partitioning:  {self.partitioning} - {self.partitioning_reason}",
             f"  tasks:         {self.ntasks}",
             f"  estimate:      {self.estimate.describe()}",
-            f"  memory/task:   up to ~{_fmt_bytes(worst)} (budget {_fmt_bytes(self.memory_budget)})",
+            f"  memory/task:   up to ~{fmt_bytes(worst)} (budget {fmt_bytes(self.memory_budget)})",
         ]
         lines += [f"  note:          {note}" for note in self.notes]
         return "\n".join(lines)
@@ -87,7 +87,7 @@ class Plan:
         return self.explain()
 
 
-def _fmt_bytes(n: float) -> str:
+def fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -11,7 +11,7 @@ from . import cache, cost
 from .bounds import block_stats
 from .chunk_pairs import block_rows_for, plan_block_pairs
 from .estimate import estimate_pairs
-from .plan import PAIR_BYTES, Partition, Plan, row_bytes
+from .plan import PAIR_BYTES, Partition, Plan, fmt_bytes, row_bytes
 from .slabs import plan_slabs, slab_rows_for, split_dimension
 from .sorted_copy import SortedCopy, open_sorted, sort_in_memory
 
@@ -73,7 +73,7 @@ def make_plan(a: Source, b: Source | None, eps: float, *, method: str, partition
     worst = max(plan.task_memory(p) for p in parts)
     if worst > memory_budget:
         notes.append(
-            f"the largest task may need ~{worst / 2**20:.0f} MiB, over the budget: dense regions or a large eps; "
+            f"the largest task may need ~{fmt_bytes(worst)}, over the budget: dense regions or a large eps; "
             "raise memory_budget or expect spilling"
         )
         plan = Plan(**{**plan.__dict__, "notes": tuple(notes)})

@@ -1,0 +1,62 @@
+"""Helpers shared by the planning / execution / API / CLI tests (plain functions, no fixtures)."""
+from __future__ import annotations
+
+import numpy as np
+
+from oracle import oracle_cross_pairs, oracle_self_pairs
+
+
+def write_zarr(path, data: np.ndarray, chunk_rows: int = 64) -> str:
+    """Write ``data`` as a 2-D (or any-D) Zarr array at ``path`` with ``chunk_rows`` rows per chunk."""
+    import zarr
+
+    data = np.asarray(data)
+    chunks = (max(1, int(chunk_rows)),) + tuple(max(1, s) for s in data.shape[1:])
+    arr = zarr.create_array(store=str(path), shape=data.shape, chunks=chunks, dtype=data.dtype)
+    if data.size:
+        arr[...] = data
+    return str(path)
+
+
+def oracle(a, b, eps):
+    """The oracle's (i, j, dist) of a self-join (``b is None``) or an A×B join."""
+    return oracle_self_pairs(a, eps) if b is None else oracle_cross_pairs(a, b, eps)
+
+
+def frame_triple(df):
+    """(i, j, dist) numpy arrays of a pandas DataFrame of pairs (dist None if absent)."""
+    dist = df["dist"].to_numpy() if "dist" in df.columns else None
+    return df["i"].to_numpy(), df["j"].to_numpy(), dist
+
+
+def pair_tuples(df) -> set:
+    return set(zip(df["i"].tolist(), df["j"].tolist()))
+
+
+def budget_for_tasks(a, b, eps, partitioning, target, client, *, method="grid", hi=1 << 26, lo=1 << 10):
+    """The largest power-of-two ``memory_budget`` (bytes) whose plan has at least ``target`` tasks.
+
+    Found with ``daskjoin.plan_join(...).ntasks`` only (halving from ``hi``); returns
+    ``(budget, ntasks)``.  With ``target=1`` this is ``hi`` (a budget the whole join fits).
+    """
+    import daskjoin as dj
+
+    budget = hi
+    while True:
+        plan = dj.plan_join(a, b, eps=eps, method=method, partitioning=partitioning, memory_budget=budget,
+                            client=client)
+        if plan.ntasks >= target or budget <= lo:
+            return budget, plan.ntasks
+        budget //= 2
+
+
+def check_frame(df, *, selfjoin: bool, with_distance: bool = True):
+    """Columns and dtypes of a computed pairs frame; ``i < j`` for a self-join."""
+    expected = ["i", "j", "dist"] if with_distance else ["i", "j"]
+    assert list(df.columns) == expected, f"columns {list(df.columns)}, expected {expected}"
+    assert df["i"].dtype == np.int64 and df["j"].dtype == np.int64, dict(df.dtypes)
+    if with_distance:
+        assert df["dist"].dtype == np.float32, dict(df.dtypes)
+    if selfjoin and len(df):
+        bad = df[df["i"] >= df["j"]]
+        assert bad.empty, f"self-join pairs with i >= j: {bad.head(10).values.tolist()}"
