@@ -65,20 +65,22 @@ def _budget(memory_budget) -> int:
     return value
 
 
-def _backend(backend: str, client) -> str:
-    """'cpu' and 'auto' pass (auto picks per task); 'gpu' needs a worker that sees a CUDA device."""
+def _backend(backend: str, client) -> tuple[str, bool]:
+    """The backend and whether tasks will run on GPUs ('auto' picks per task; 'gpu' needs a GPU worker)."""
     _choice(backend, BACKENDS, "backend")
-    if backend == "gpu":
-        from .kernels.gpu_common import gpu_available
+    if backend == "cpu":
+        return backend, False
+    from .kernels.gpu_common import gpu_available
 
-        seen = client.run(gpu_available) if client is not None else {"local": gpu_available()}
+    seen = client.run(gpu_available) if client is not None else {"local": gpu_available()}
+    if backend == "gpu":
         if not any(seen.values()):
             raise InputError(
                 "backend='gpu' is not available: no Dask worker sees a CUDA device through CuPy "
                 "(install the 'gpu' extra and start GPU workers, e.g. `dask cuda worker`); "
                 "use backend='cpu' or 'auto'"
             )
-    return backend
+    return backend, bool(seen) and all(seen.values())
 
 
 def check_join_inputs(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto", backend: str = "auto",
@@ -101,9 +103,9 @@ def check_join_inputs(a, b=None, *, eps, method: str = "auto", partitioning: str
 
 def _plan(checked, *, method, partitioning, backend, client) -> Plan:
     eps, src_a, src_b, budget = checked
-    resolved_backend = _backend(backend, client)
+    resolved_backend, on_gpu = _backend(backend, client)
     return make_plan(src_a, src_b, eps, method=method, partitioning=partitioning, backend=resolved_backend,
-                     memory_budget=budget, runner=ClusterRunner(client))
+                     memory_budget=budget, runner=ClusterRunner(client), gpu=on_gpu)
 
 
 def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto", backend: str = "auto",

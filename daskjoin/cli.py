@@ -38,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--eps", required=True, type=float, help="join radius: pairs with distance <= EPS")
         p.add_argument("--method", default="auto", help="auto, grid or brute (default: auto)")
         p.add_argument("--partitioning", default="auto", help="auto, chunk_pairs or slabs (default: auto)")
+        p.add_argument("--backend", default="auto",
+                       help="auto (each task on its worker's GPU if CuPy sees one, else CPU), cpu or gpu (default: auto)")
         p.add_argument("--memory-budget", default=None, help="memory per task, e.g. 2GB (default: 512MiB)")
         p.add_argument("--scheduler", default=None, help="address of a running Dask scheduler (default: a local cluster)")
 
@@ -84,7 +86,8 @@ def _join(args) -> int:
         raise InputError("join needs --out PATH for the Parquet output, or --count to print the number of pairs")
     if args.count and args.out:
         raise InputError("--count prints a number and writes nothing: drop --out, or drop --count")
-    common = dict(eps=args.eps, method=args.method, partitioning=args.partitioning, memory_budget=args.memory_budget)
+    common = dict(eps=args.eps, method=args.method, partitioning=args.partitioning, backend=args.backend,
+                  memory_budget=args.memory_budget)
     if args.out:
         check_output_path(args.out, args.overwrite)
     dj.api.check_join_inputs(args.a, args.b, **common)  # before any cluster is reached or started
@@ -107,10 +110,10 @@ def _join(args) -> int:
 def _plan(args) -> int:
     import daskjoin as dj
 
-    dj.api.check_join_inputs(args.a, args.b, eps=args.eps, method=args.method, partitioning=args.partitioning,
-                             memory_budget=args.memory_budget)
-    plan = dj.plan_join(args.a, args.b, eps=args.eps, method=args.method, partitioning=args.partitioning,
-                        memory_budget=args.memory_budget, client=_client(args))
+    common = dict(eps=args.eps, method=args.method, partitioning=args.partitioning, backend=args.backend,
+                  memory_budget=args.memory_budget)
+    dj.api.check_join_inputs(args.a, args.b, **common)
+    plan = dj.plan_join(args.a, args.b, client=_client(args), **common)
     print(plan.explain())
     return 0
 

@@ -314,8 +314,8 @@ def test_bad_input_subprocess(work, bad_runs, key):
 ARG_ERRORS = {
     "eps-not-a-number": (["join", "x.zarr", "--eps", "abc", "--count"], ["--eps", "invalid float value", "abc"]),
     "eps-missing": (["join", "x.zarr", "--count"], ["--eps", "required"]),
-    "no-backend-option": (["join", "x.zarr", "--eps", "0.1", "--count", "--backend", "gpu"],
-                          ["unrecognized arguments", "--backend"]),
+    "backend-unknown": (["join", "x.zarr", "--eps", "0.1", "--count", "--backend", "tpu"],
+                        ["backend must be one of", "tpu"]),
     "unknown-command": (["frobnicate"], ["invalid choice", "frobnicate"]),
     "synth-n-not-int": (["synth", "uniform", "out-argerr", "--n", "ten", "--d", "2"], ["--n", "invalid int value"]),
 }

@@ -127,7 +127,7 @@ def sort_zarr(source: ZarrSource, dim: int, stats: BlockStats, path: str, client
         out = zarr.open_group(tmp, mode="w")
         out.attrs["daskjoin"] = {"kind": "sorted-copy", "dim": int(dim), "source": source.label, "n": int(n)}
         targets = [
-            out.create_array("points", shape=(n, d), chunks=(chunk, d), dtype=source.dtype),
+            out.create_array("points", shape=(n, d), chunks=(chunk, d), dtype=source.dtype, compressors=None),
             out.create_array("ids", shape=(n,), chunks=(chunk,), dtype="int64"),
             out.create_array("keys", shape=(n,), chunks=(chunk,), dtype="float64"),
         ]

@@ -1,16 +1,25 @@
 """``method="auto"`` and ``partitioning="auto"``: pure functions that also return their reason."""
 from __future__ import annotations
 
-#: Above this dimensionality the ε-grid prunes little (it indexes at most 6 dimensions).
-GRID_MAX_DIMS = 16
+#: Crossovers measured by benchmarks/crossover.py (results in benchmarks/results/crossover-*.json).
+#: GPU (H200, 200k points, ~16 neighbours): brute won from d=16 on uniform data (0.20 s vs 0.58 s),
+#: tied at 16 and won from 24 on clustered data; the grid won below 16 on both (up to 380x at d=2).
+GPU_BRUTE_FROM_D = 16
+#: CPU (2 cores, 20k points): the grid won up to d=8 by 7-30x; from d=12 the two were within noise
+#: of each other, the grid indexing at most 6 dimensions; brute is chosen above 16.
+CPU_BRUTE_FROM_D = 17
 
 
-def choose_method(requested: str, d: int) -> tuple[str, str]:
+def choose_method(requested: str, d: int, *, gpu: bool = False) -> tuple[str, str]:
+    """``grid`` below the measured crossover dimensionality of the backend, ``brute`` from it."""
     if requested != "auto":
         return requested, "requested"
-    if d <= GRID_MAX_DIMS:
-        return "grid", f"d={d} <= {GRID_MAX_DIMS}: the ε-grid over non-empty cells prunes well at low and mid d"
-    return "brute", f"d={d} > {GRID_MAX_DIMS}: a grid prunes little at high d; tiled nested loop"
+    limit, where = (GPU_BRUTE_FROM_D, "GPU") if gpu else (CPU_BRUTE_FROM_D, "CPU")
+    if d < limit:
+        return "grid", f"d={d} < {limit}: on the {where} the ε-grid over non-empty cells wins below d={limit} (measured crossover)"
+    return "brute", (
+        f"d={d} >= {limit}: on the {where} the tiled nested loop (box-pruned tiles) wins from d={limit} (measured crossover)"
+    )
 
 
 def choose_partitioning(requested: str, *, fits_one_task: bool, kept_fraction: float, nblocks: int) -> tuple[str, str]:

@@ -28,7 +28,7 @@ def _sorted(source: Source, dim: int, stats, runner, budget: int) -> tuple[Sorte
 
 
 def make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitioning: str, backend: str,
-              memory_budget: int, runner) -> Plan:
+              memory_budget: int, runner, gpu: bool = False) -> Plan:
     """Plan a join: one statistics pass per input (cached for Zarr), a sampled estimate, partitions."""
     if partitioning not in PARTITIONINGS:
         raise InputError(f"partitioning must be one of {PARTITIONINGS}, got {partitioning!r}")
@@ -42,7 +42,7 @@ def make_plan(a: Source, b: Source | None, eps: float, *, method: str, partition
             raise_nonfinite(f"B ({b.label})", stats_b.first_bad)
     n_a, n_b = a.n, (a.n if b is None else b.n)
     est = estimate_pairs(stats_a.sample, n_a, eps, None if b is None else stats_b.sample, None if b is None else n_b)
-    chosen_method, method_reason = cost.choose_method(method, a.d)
+    chosen_method, method_reason = cost.choose_method(method, a.d, gpu=gpu)
     total_rows = n_a + (0 if b is None else n_b)
     fits = total_rows * row_bytes(a.d, 8) + est.upper * PAIR_BYTES <= memory_budget
     rows = max(n_a, n_b, 1) if fits else block_rows_for(memory_budget, n_a, n_b, a.d, est.upper, a.chunk_rows)
