@@ -54,8 +54,11 @@ def _choice(value, allowed, name):
     return value
 
 
-def _budget(memory_budget) -> int:
+def _budget(memory_budget):
+    """Bytes, or "auto" (resolved against the cluster's workers once a client is known)."""
     raw = config.get("memory-budget") if memory_budget is None else memory_budget
+    if raw == "auto":
+        return raw
     try:
         value = config.parse_bytes(raw)
     except (ValueError, TypeError) as exc:
@@ -101,8 +104,25 @@ def check_join_inputs(a, b=None, *, eps, method: str = "auto", partitioning: str
     return eps, src_a, src_b, budget
 
 
+def _auto_budget(client) -> int:
+    """A quarter of the smallest worker memory per task thread, within [256 MiB, 16 GiB].
+
+    Workers without a memory limit count the client host's memory (a local cluster).
+    """
+    import psutil
+
+    per_thread = []
+    for info in client.scheduler_info().get("workers", {}).values():
+        limit = info.get("memory_limit") or psutil.virtual_memory().total
+        per_thread.append(limit / max(1, info.get("nthreads", 1)))
+    share = min(per_thread) if per_thread else psutil.virtual_memory().total
+    return int(min(16 << 30, max(256 << 20, share / 4)))
+
+
 def _plan(checked, *, method, partitioning, backend, client) -> Plan:
     eps, src_a, src_b, budget = checked
+    if budget == "auto":
+        budget = _auto_budget(client)
     resolved_backend, on_gpu = _backend(backend, client)
     return make_plan(src_a, src_b, eps, method=method, partitioning=partitioning, backend=resolved_backend,
                      memory_budget=budget, runner=ClusterRunner(client), gpu=on_gpu)
@@ -126,7 +146,8 @@ def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto
     backend : {"auto", "cpu", "gpu"}
         ``auto``: each task runs on its worker's GPU when CuPy sees one, else on the CPU.
     memory_budget : str or int, optional
-        Memory one task may use (default ``daskjoin.memory-budget``, 512MiB).
+        Memory one task may use (default ``daskjoin.memory-budget``: "auto", a quarter of the
+        smallest worker's memory per thread, between 256 MiB and 16 GiB).
     client : distributed.Client, optional
 
     Returns
@@ -174,7 +195,8 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
     with_distance : bool
         Include the ``dist`` column (float32).
     memory_budget : str or int, optional
-        Memory one task may use; partitions are sized to fit it.
+        Memory one task may use; partitions are sized to fit it (default "auto": a quarter
+        of the smallest worker's memory per thread, between 256 MiB and 16 GiB).
     client : distributed.Client, optional
         Default: the current client, else a local cluster started on first use.
     out : path, optional

@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--partitioning", default="auto", help="auto, chunk_pairs or slabs (default: auto)")
         p.add_argument("--backend", default="auto",
                        help="auto (each task on its worker's GPU if CuPy sees one, else CPU), cpu or gpu (default: auto)")
-        p.add_argument("--memory-budget", default=None, help="memory per task, e.g. 2GB (default: 512MiB)")
+        p.add_argument("--memory-budget", default=None, help="memory per task, e.g. 2GB (default: auto, a quarter of a worker's memory per thread)")
         p.add_argument("--scheduler", default=None, help="address of a running Dask scheduler (default: a local cluster)")
 
     join = command("join", "Join and write the pairs to Parquet (or print their exact count).")

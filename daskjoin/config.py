@@ -5,8 +5,9 @@ import dask.config
 
 DEFAULTS = {
     "daskjoin": {
-        # memory one task may use for its points, index and pairs
-        "memory-budget": "512MiB",
+        # memory one task may use for its points, index and pairs; "auto": a quarter of the
+        # smallest worker's memory per thread, clamped to [256 MiB, 16 GiB]
+        "memory-budget": "auto",
         # rows sampled (spread over all blocks) to estimate the result size and sort boundaries
         "sample-rows": 20000,
         # where statistics and sorted copies of Zarr inputs are cached; None: beside the input
