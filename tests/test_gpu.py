@@ -83,3 +83,33 @@ def test_brute_gpu_large_offsets_and_high_d():
     assert_same_pairs(get_kernel("brute", "gpu").self_join(x, eps), oracle_self_pairs(x, eps))
     x32 = (x - 1e6).astype(np.float32)
     assert_same_pairs(get_kernel("brute", "gpu").self_join(x32, eps), oracle_self_pairs(x32, eps))
+
+
+def test_gpu_grid_output_larger_than_the_device_budget(monkeypatch):
+    """Force the batched path that results larger than GPU memory take."""
+    from daskjoin.kernels import grid_gpu
+
+    monkeypatch.setattr(grid_gpu, "device_budget_bytes", lambda fraction=0.5: 20 * 3000)
+    x = np.random.default_rng(6).random((20000, 2)).astype(np.float32)
+    b = np.random.default_rng(7).random((5000, 2))
+    assert_same_pairs(get_kernel("grid", "gpu").self_join(x, 0.01), oracle_self_pairs(x, 0.01))
+    assert_same_pairs(get_kernel("grid", "gpu").cross_join(x, b, 0.01), oracle_cross_pairs(x, b, 0.01))
+
+
+def test_gpu_task_frees_memory_and_raises(monkeypatch):
+    """A failing GPU task raises its own error (no CPU fallback) after giving device memory back."""
+    import cupy as cp
+
+    from daskjoin.execution import task
+    from daskjoin.io.zarr_in import MemorySource
+    from daskjoin.planning.plan import Partition
+
+    def boom(*args, **kwargs):
+        cp.empty(1 << 20, cp.uint8)  # something cached in the pool
+        raise cp.cuda.runtime.CUDARuntimeError(2)
+
+    monkeypatch.setattr(task._Sides, "batches", boom)
+    job = task.JoinJob(MemorySource(np.zeros((4, 2))), None, True, 0.1, "grid", "gpu", True)
+    with pytest.raises(cp.cuda.runtime.CUDARuntimeError):
+        task.partition_frame(Partition(0, (0, 4), None, True, 0.0), job)
+    assert cp.get_default_memory_pool().total_bytes() == 0

@@ -200,12 +200,13 @@ class GpuBruteJoin:
                 yield got
 
     def pairs(self, with_distance: bool = True):
-        cp = cupy()
-        parts = list(self._device_parts())
+        """All pairs; each batch's pairs go to the host as soon as they exist (bounded device memory)."""
+        parts = list(self.batches(0, with_distance))
         if not parts:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), (np.zeros(0, np.float32) if with_distance else None)
-        i, j, d = (cp.concatenate([p[t] for p in parts]) for t in range(3))
-        return to_host(i, j, d if with_distance else None)
+        if len(parts) == 1:
+            return parts[0]
+        return tuple(None if parts[0][t] is None else np.concatenate([p[t] for p in parts]) for t in range(3))
 
     def batches(self, max_pairs: int, with_distance: bool = True):
         for i, j, d in self._device_parts():

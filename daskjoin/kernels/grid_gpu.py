@@ -16,11 +16,12 @@ from __future__ import annotations
 import numpy as np
 
 from .exact import eps_squared
-from .gpu_common import cupy, kernel, to_host
+from .gpu_common import cupy, device_budget_bytes, kernel, to_host
 from .grid_index import MAX_CELL_ID, DENSE_CELLS_PER_POINT, boundary_slack, choose_grid
 
 BLOCK = 256
 MAX_INDEXED = 6
+OUTPUT_BYTES_PER_PAIR = 20
 
 
 def to_device64(x):
@@ -165,7 +166,12 @@ class GpuGridJoin:
         return to_host(oi, oj, od if with_distance else None)
 
     def pairs(self, with_distance: bool = True, device: bool = False):
-        return self._fill(0, self.nitems, with_distance, device)
+        """All pairs; when they would not fit the device's free memory, filled and moved in batches."""
+        fits = max(1, device_budget_bytes(0.4) // OUTPUT_BYTES_PER_PAIR)
+        if device or self.count() <= fits:
+            return self._fill(0, self.nitems, with_distance, device)
+        parts = list(self.batches(fits, with_distance))
+        return tuple(None if parts[0][t] is None else np.concatenate([p[t] for p in parts]) for t in range(3))
 
     def batches(self, max_pairs: int, with_distance: bool = True):
         cp = cupy()
