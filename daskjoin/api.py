@@ -16,6 +16,11 @@ from .planning.planner import PARTITIONINGS, make_plan
 from .validation import InputError, check_eps, check_output_path, check_same_dims
 
 OUTPUTS = ("pairs", "count")
+#: GPU tuning options each method's driver accepts (defaults come from benchmarks/bench_gpu.py)
+GPU_OPTIONS = {
+    "grid": ("threads_per_point", "sort_by_workload", "work_queue", "max_dims"),
+    "brute": ("tile", "batch_bytes"),
+}
 BACKENDS = ("auto", "cpu", "gpu")
 
 
@@ -119,13 +124,27 @@ def _auto_budget(client) -> int:
     return int(min(16 << 30, max(256 << 20, share / 4)))
 
 
-def _plan(checked, *, method, partitioning, backend, client) -> Plan:
+def _gpu_options(options, method: str) -> tuple:
+    if not options:
+        return ()
+    allowed = set(GPU_OPTIONS["grid"] + GPU_OPTIONS["brute"]) if method == "auto" else set(GPU_OPTIONS[method])
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise InputError(f"gpu_options {unknown} are not options of method {method!r}; allowed: {sorted(allowed)}")
+    return tuple(sorted(options.items()))
+
+
+def _plan(checked, *, method, partitioning, backend, client, gpu_options=None) -> Plan:
     eps, src_a, src_b, budget = checked
     if budget == "auto":
         budget = _auto_budget(client)
     resolved_backend, on_gpu = _backend(backend, client)
-    return make_plan(src_a, src_b, eps, method=method, partitioning=partitioning, backend=resolved_backend,
+    plan = make_plan(src_a, src_b, eps, method=method, partitioning=partitioning, backend=resolved_backend,
                      memory_budget=budget, runner=ClusterRunner(client), gpu=on_gpu)
+    if gpu_options:
+        options = _gpu_options(gpu_options, plan.method)
+        plan = Plan(**{**plan.__dict__, "gpu_options": options})
+    return plan
 
 
 def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto", backend: str = "auto",
@@ -170,7 +189,7 @@ def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto
 
 def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto", backend: str = "auto",
                     output: str = "pairs", with_distance: bool = True, memory_budget=None, client=None,
-                    out=None, overwrite: bool = False, progress: bool = False):
+                    out=None, overwrite: bool = False, progress: bool = False, gpu_options: dict | None = None):
     """Exact ε-join: every pair of points within Euclidean distance ``eps``.
 
     A pair is reported iff its float64 squared distance (summed in dimension
@@ -205,6 +224,10 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
         Replace an existing ``out``.
     progress : bool
         Show a progress bar while tasks run (count and Parquet output).
+    gpu_options : dict, optional
+        Tuning of the GPU driver, used where a task runs on a GPU: for ``grid``
+        ``threads_per_point`` (1), ``work_queue`` (True), ``sort_by_workload`` (False),
+        ``max_dims`` (6); for ``brute`` ``tile`` (256), ``batch_bytes``.
 
     Returns
     -------
@@ -221,6 +244,9 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
     3
     """
     _choice(output, OUTPUTS, "output")
+    if gpu_options is not None and not isinstance(gpu_options, dict):
+        raise InputError(f"gpu_options must be a dict such as {{'threads_per_point': 4}}, got {gpu_options!r}")
+    _gpu_options(gpu_options, method if method in GPU_OPTIONS else "auto")
     if out is not None:
         if output == "count":
             raise InputError("output='count' returns a number; it cannot be combined with out=PATH")
@@ -229,7 +255,8 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
                                 memory_budget=memory_budget)
     client = resolve_client(client)
     start = time.perf_counter()
-    plan = _plan(checked, method=method, partitioning=partitioning, backend=backend, client=client)
+    plan = _plan(checked, method=method, partitioning=partitioning, backend=backend, client=client,
+                 gpu_options=gpu_options)
     planned = time.perf_counter()
     if output == "count":
         return graph.count(plan, client, progress=progress)

@@ -314,3 +314,15 @@ def test_relative_output_path(client, tmp_path, monkeypatch):
     result = dj.similarity_join(x, eps=0.05, client=client, out="rel.parquet")
     assert result.pairs == oracle(x, None, 0.05)[0].size
     assert (tmp_path / "rel.parquet" / "_SUCCESS").exists()
+
+
+def test_gpu_options_are_checked_before_any_work_and_ignored_on_cpu(client):
+    x = np.random.default_rng(0).random((500, 2))
+    with pytest.raises(dj.InputError, match="not options of method 'grid'"):
+        dj.similarity_join(x, eps=0.05, method="grid", gpu_options={"tile": 64}, client=client)
+    with pytest.raises(dj.InputError, match="gpu_options must be a dict"):
+        dj.similarity_join(x, eps=0.05, gpu_options=[("tile", 64)], client=client)
+    expected = len(oracle(x, None, 0.05)[0])
+    got = dj.similarity_join(x, eps=0.05, method="grid", backend="cpu", output="count",
+                             gpu_options={"threads_per_point": 4}, client=client)
+    assert got == expected

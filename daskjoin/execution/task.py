@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .. import config
-from ..kernels import get_kernel
+from ..kernels import get_kernel, resolve_backend
 from ..planning.plan import Partition, Plan
 from ..planning.sorted_copy import SortedCopy
 
@@ -26,10 +26,17 @@ class JoinJob:
     method: str
     backend: str
     with_distance: bool
+    gpu_options: tuple = ()
 
     @classmethod
     def from_plan(cls, plan: Plan, with_distance: bool = True) -> "JoinJob":
-        return cls(plan.reader_a, plan.reader_b, plan.selfjoin, plan.eps, plan.method, plan.backend, with_distance)
+        return cls(plan.reader_a, plan.reader_b, plan.selfjoin, plan.eps, plan.method, plan.backend, with_distance,
+                   plan.gpu_options)
+
+    def kernel(self):
+        """This worker's kernel: 'auto' resolved here; GPU tuning options only where it runs on a GPU."""
+        backend = resolve_backend(self.backend)
+        return get_kernel(self.method, backend, **(dict(self.gpu_options) if backend == "gpu" else {}))
 
 
 def meta_frame(with_distance: bool = True) -> pd.DataFrame:
@@ -92,7 +99,7 @@ class _Sides:
 
     def batches(self, max_pairs: int | None):
         """(i, j, dist) arrays in global ids; bounded batches when ``max_pairs`` is given."""
-        kernel = get_kernel(self.job.method, self.job.backend)
+        kernel = self.job.kernel()
         eps, wd = self.job.eps, self.job.with_distance
         if self.part.self_part:
             if max_pairs is None:
@@ -108,7 +115,7 @@ class _Sides:
                     yield self._globalize(*got, cross=True)
 
     def count(self) -> int:
-        kernel = get_kernel(self.job.method, self.job.backend)
+        kernel = self.job.kernel()
         total = kernel.self_count(self.pa, self.job.eps) if self.part.self_part else 0
         if self.part.b is not None:
             total += kernel.cross_count(self.pa, self.pb, self.job.eps)

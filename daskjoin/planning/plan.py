@@ -54,6 +54,7 @@ class Plan:
     estimate: Estimate
     memory_budget: int
     notes: tuple[str, ...] = ()
+    gpu_options: tuple = ()  # (name, value) pairs for the GPU driver of the method
 
     @property
     def ntasks(self) -> int:

@@ -28,7 +28,7 @@ def _sorted(source: Source, dim: int, stats, runner, budget: int) -> tuple[Sorte
 
 
 def make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitioning: str, backend: str,
-              memory_budget: int, runner, gpu: bool = False) -> Plan:
+              memory_budget: int, runner, gpu: bool = False, gpu_options: tuple = ()) -> Plan:
     """Plan a join: one statistics pass per input (cached for Zarr), a sampled estimate, partitions."""
     if partitioning not in PARTITIONINGS:
         raise InputError(f"partitioning must be one of {PARTITIONINGS}, got {partitioning!r}")
@@ -68,7 +68,7 @@ def make_plan(a: Source, b: Source | None, eps: float, *, method: str, partition
         eps=eps, selfjoin=b is None, method=chosen_method, method_reason=method_reason,
         partitioning=chosen, partitioning_reason=reason, backend=backend, a=a, b=b,
         reader_a=reader_a, reader_b=reader_b, partitions=parts, estimate=est,
-        memory_budget=memory_budget, notes=tuple(notes),
+        memory_budget=memory_budget, notes=tuple(notes), gpu_options=gpu_options,
     )
     worst = max(plan.task_memory(p) for p in parts)
     if worst > memory_budget:
