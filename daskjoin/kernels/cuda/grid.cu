@@ -144,15 +144,19 @@ extern "C" __global__ void grid_join(
                         coords[m] = 0; gl[m] = 0.0; gu[m] = 0.0;
                     }
                 }
-                i64 last = 0, nlast = 1;
-                double gl_last = 0.0, gu_last = 0.0, slack_last = 0.0;
-                int last_dim = 0;
-#pragma unroll
-                for (int m = 0; m < MAXK; ++m) {
-                    if (m == k - 1) {
-                        last = coords[m]; nlast = ncells[m]; gl_last = gl[m]; gu_last = gu[m];
-                        slack_last = slack[m]; last_dim = dims[m];
-                    }
+                const int km = k - 1;
+                i64 last = (lid / strides[km]) % ncells[km];
+                const i64 nlast = ncells[km];
+                const int last_dim = dims[km];
+                const double slack_last = slack[km];
+                double gl_last, gu_last;
+                {
+                    double lower = origin[km] + (double)last * widths[km];
+                    double x = pa[last_dim];
+                    double g = x - lower - slack_last;
+                    gl_last = g > 0.0 ? g * g : 0.0;
+                    g = lower + widths[km] - x - slack_last;
+                    gu_last = g > 0.0 ? g * g : 0.0;
                 }
                 const double xa = pa[last_dim];
                 const double slack2 = slack_last * slack_last + 1e-9 * eps2;
