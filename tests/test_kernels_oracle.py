@@ -23,10 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cases import CASES, Case  # noqa: E402
 from oracle import assert_same_pairs, oracle_cross_pairs, oracle_self_pairs, pair_set  # noqa: E402
 
-try:
-    from daskjoin.kernels import get_kernel
-except ImportError as exc:  # the kernels are written concurrently with these tests
-    pytest.skip(f"daskjoin.kernels.get_kernel is not importable: {exc}", allow_module_level=True)
+from daskjoin.kernels import get_kernel  # noqa: E402
 
 METHODS = ["grid", "brute"]
 
