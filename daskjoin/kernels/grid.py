@@ -61,6 +61,7 @@ def _neighbour_rows(coords, lid, strides, ncells, half, ids, start, dense, rows,
             rows[0, 1] = 0
             rows[0, 2] = end
             rows[0, 3] = end
+            rows[0, 4] = 0
             count = 1
         return count
     last = coords[k - 1]
@@ -72,6 +73,7 @@ def _neighbour_rows(coords, lid, strides, ncells, half, ids, start, dense, rows,
         base = lid
         valid = True
         first_nonzero = 0
+        faces = 0
         for m in range(k - 1):
             off = rest % 3 - 1
             rest //= 3
@@ -81,7 +83,9 @@ def _neighbour_rows(coords, lid, strides, ncells, half, ids, start, dense, rows,
                 break
             if first_nonzero == 0 and off != 0:
                 first_nonzero = off
-            offs[count, m] = off
+            if off != 0:
+                offs[count, faces] = 2 * m + (1 if off > 0 else 0)
+                faces += 1
             base += off * strides[m]
         if not valid or (half and first_nonzero <= 0):
             continue
@@ -91,21 +95,22 @@ def _neighbour_rows(coords, lid, strides, ncells, half, ids, start, dense, rows,
         rows[count, 1] = mid0
         rows[count, 2] = mid1
         rows[count, 3] = _first_at(ids, start, dense, base + 2) if has_hi else mid1
+        rows[count, 4] = faces
         if rows[count, 3] > rows[count, 0]:
             count += 1
     return count
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _boundary_gaps(pts, a, dims, origin, widths, coords, slack, gl, gu):
-    """Squared distances (shrunk by the slack) from point a to its cell's lower/upper faces."""
+def _boundary_gaps(pts, a, dims, origin, widths, coords, slack, gf):
+    """Squared distances (shrunk by the slack) from point a to its cell's faces: gf[2m] lower, gf[2m+1] upper."""
     for m in range(dims.shape[0]):
         lower = origin[m] + coords[m] * widths[m]
         x = pts[a, dims[m]]
         g = x - lower - slack[m]
-        gl[m] = g * g if g > 0.0 else 0.0
+        gf[2 * m] = g * g if g > 0.0 else 0.0
         g = lower + widths[m] - x - slack[m]
-        gu[m] = g * g if g > 0.0 else 0.0
+        gf[2 * m + 1] = g * g if g > 0.0 else 0.0
 
 
 @numba.njit(cache=True, nogil=True)
@@ -118,7 +123,7 @@ def _visit_cell(c, qi, di, eps2, selfjoin, grid, work, fill, oi, oj, od, pos, en
     of the plain grid in 6-d.
     """
     dims, origin, widths, ncells, strides, slack = grid
-    rows, offs, gl, gu = work
+    rows, offs, gf = work
     s, e = qi[2][c], qi[2][c + 1]
     coords = qi[3][c]
     qpts, dpts, qperm, dperm = qi[0], di[0], qi[4], di[4]
@@ -129,27 +134,24 @@ def _visit_cell(c, qi, di, eps2, selfjoin, grid, work, fill, oi, oj, od, pos, en
         own_end = _first_at(di[1], di[2], di[5], qi[1][c] + 2)
     for a in range(s, e):
         if k > 0:
-            _boundary_gaps(qpts, a, dims, origin, widths, coords, slack, gl, gu)
+            _boundary_gaps(qpts, a, dims, origin, widths, coords, slack, gf)
         xa = qpts[a, dims[k - 1]] if k > 0 else 0.0
         for r in range(-1 if selfjoin else 0, nrows):
             if r < 0:
                 # own row of a self-join: later points of the own cell, then the next cell
                 g = 0.0
                 lo, mid0, mid1 = a + 1, a + 1, e
-                hi = own_end if (k > 0 and gu[k - 1] <= eps2) else e
+                hi = own_end if (k > 0 and gf[2 * k - 1] <= eps2) else e
             else:
                 g = 0.0
-                for m in range(k - 1):
-                    if offs[r, m] < 0:
-                        g += gl[m]
-                    elif offs[r, m] > 0:
-                        g += gu[m]
+                for t in range(rows[r, 4]):
+                    g += gf[offs[r, t]]
                 if g > eps2:
                     continue
                 mid0, mid1 = rows[r, 1], rows[r, 2]
                 if k > 0:
-                    lo = rows[r, 0] if g + gl[k - 1] <= eps2 else mid0
-                    hi = rows[r, 3] if g + gu[k - 1] <= eps2 else mid1
+                    lo = rows[r, 0] if g + gf[2 * k - 2] <= eps2 else mid0
+                    hi = rows[r, 3] if g + gf[2 * k - 1] <= eps2 else mid1
                 else:
                     lo, hi = rows[r, 0], rows[r, 3]
             # cells are ordered by the last indexed coordinate: scan the middle cell whole,
@@ -187,10 +189,9 @@ def _visit_cell(c, qi, di, eps2, selfjoin, grid, work, fill, oi, oj, od, pos, en
 def _workspace(strides):
     n, k = _nprefix(strides), strides.shape[0]
     return (
-        np.empty((n, 4), np.int64),
+        np.empty((n, 5), np.int64),
         np.zeros((n, max(k - 1, 1)), np.int64),
-        np.zeros(max(k, 1), np.float64),
-        np.zeros(max(k, 1), np.float64),
+        np.zeros(max(2 * k, 2), np.float64),
     )
 
 
