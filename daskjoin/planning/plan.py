@@ -75,7 +75,7 @@ class Plan:
         lines = [
             f"daskjoin plan: ε-{kind}, eps={self.eps!r}",
             f"  input:         A {self.a.label} ({self.a.n:,} × {self.a.d}){shape_b}",
-            f"  method:        {self.method} on {self.backend} - {self.method_reason}",
+            f"  method:        {self.method} on {self._backend_text()} - {self.method_reason}",
             f"  partitioning:  {self.partitioning} - {self.partitioning_reason}",
             f"  tasks:         {self.ntasks}",
             f"  estimate:      {self.estimate.describe()}",
@@ -83,6 +83,9 @@ class Plan:
         ]
         lines += [f"  note:          {note}" for note in self.notes]
         return "\n".join(lines)
+
+    def _backend_text(self) -> str:
+        return "auto (each task on its worker's GPU if CuPy sees one, else the CPU)" if self.backend == "auto" else self.backend
 
     def __str__(self) -> str:
         return self.explain()
