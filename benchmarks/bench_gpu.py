@@ -53,6 +53,20 @@ def timed(func, repeat=3):
     return best, out
 
 
+def time_variants(method, option_sets, x, eps, pairs):
+    """Seconds of each GPU option set (best of 2); every variant must find the same pairs."""
+    from daskjoin.kernels import get_kernel
+
+    seconds = {}
+    for opts in option_sets:
+        kern = get_kernel(method, "gpu", **opts)
+        s, out = timed(lambda: kern.self_join(x, eps), 2)
+        assert len(out[0]) == pairs, (opts, len(out[0]), pairs)
+        seconds[",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in opts.items())] = s
+        del out
+    return seconds
+
+
 def task_breakdown(path, eps, method):
     """On a worker: seconds to read the Zarr input, join on the GPU, and build the pandas frame."""
     import zarr
@@ -131,31 +145,15 @@ def main() -> int:
             info["kernel_device_out_s"] = s_dev
             rows.append((name, "  of which on the GPU (host in, pairs left on the device)", s_dev, len(got[0])))
             del got
-        if args.variants and method == "grid":
-            variants = {}
-            for tpp in (1, 2, 4, 8):
-                for queue in (False, True):
-                    for wsort in (False, True):
-                        opts = {"threads_per_point": tpp, "work_queue": queue, "sort_by_workload": wsort}
-                        k = get_kernel("grid", "gpu", **opts)
-                        s, out = timed(lambda: k.self_join(x, eps), 2)
-                        assert len(out[0]) == pairs, (opts, len(out[0]), pairs)
-                        variants[f"tpp={tpp},queue={int(queue)},sort={int(wsort)}"] = s
-                        del out
-            info["variants"] = variants
-            best = min(variants, key=variants.get)
-            rows.append((name, f"  best variant {best}", variants[best], pairs))
-        if args.variants and method == "brute":
-            variants = {}
-            for tile in (128, 256, 512, 1024):
-                k = get_kernel("brute", "gpu", tile=tile)
-                s, out = timed(lambda: k.self_join(x, eps), 2)
-                assert len(out[0]) == pairs, (tile, len(out[0]), pairs)
-                variants[f"tile={tile}"] = s
-                del out
-            info["variants"] = variants
-            best = min(variants, key=variants.get)
-            rows.append((name, f"  best variant {best}", variants[best], pairs))
+        if args.variants:
+            if method == "grid":
+                option_sets = [{"threads_per_point": tpp, "work_queue": queue, "sort_by_workload": wsort}
+                               for tpp in (1, 2, 4, 8) for queue in (False, True) for wsort in (False, True)]
+            else:
+                option_sets = [{"tile": tile} for tile in (128, 256, 512, 1024)]
+            info["variants"] = time_variants(method, option_sets, x, eps, pairs)
+            best = min(info["variants"], key=info["variants"].get)
+            rows.append((name, f"  best variant {best}", info["variants"][best], pairs))
         if args.cpu_reference:
             start = time.perf_counter()
             ref = get_kernel(method if method == "grid" else "grid", "cpu").self_count(x, eps)

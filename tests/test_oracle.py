@@ -128,12 +128,8 @@ def test_self_lattice_matches_query_pairs(counts, spacing, start, eps):
 # --------------------------------------------------------------------------- vs scipy, A x B
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("d", [1, 2, 3, 8])
-def test_cross_random_matches_kdtree(d, dtype):
-    a = _random(500, d, 10 + d, dtype)
-    b = np.concatenate([_random(400, d, 20 + d, dtype), a[:30]])
-    eps = _eps_for(450, d)
+def _assert_cross_like_kdtree(a, b, eps):
+    """The oracle's A×B pairs equal scipy's (ball tree and sparse matrix), distances within 1 float32 ulp."""
     i, j, dist = oracle_cross_pairs(a, b, eps)
     assert len(i) > 0
     np.testing.assert_array_equal(pair_set(i, j), _kdtree_cross_ball(a, b, eps))
@@ -141,6 +137,15 @@ def test_cross_random_matches_kdtree(d, dtype):
     np.testing.assert_array_equal(pair_set(i, j), np.stack([si, sj], 1))
     # scipy computes sqrt of its own sum; allow 1 float32 ulp
     np.testing.assert_array_max_ulp(dist, sv.astype(np.float32), maxulp=1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("d", [1, 2, 3, 8])
+def test_cross_random_matches_kdtree(d, dtype):
+    a = _random(500, d, 10 + d, dtype)
+    b = np.concatenate([_random(400, d, 20 + d, dtype), a[:30]])
+    eps = _eps_for(450, d)
+    _assert_cross_like_kdtree(a, b, eps)
 
 
 @pytest.mark.parametrize(
@@ -151,12 +156,7 @@ def test_cross_lattice_matches_kdtree(counts_a, counts_b, spacing, eps):
     a = _lattice(counts_a, spacing, -2.0)
     b = _lattice(counts_b, spacing, -1.0 + spacing / 2)
     b = np.concatenate([b, a[::5]])  # some shared rows
-    i, j, dist = oracle_cross_pairs(a, b, eps)
-    assert len(i) > 0
-    np.testing.assert_array_equal(pair_set(i, j), _kdtree_cross_ball(a, b, eps))
-    si, sj, sv = _kdtree_cross_sparse(a, b, eps)
-    np.testing.assert_array_equal(pair_set(i, j), np.stack([si, sj], 1))
-    np.testing.assert_array_max_ulp(dist, sv.astype(np.float32), maxulp=1)
+    _assert_cross_like_kdtree(a, b, eps)
 
 
 # --------------------------------------------------------------------------- edge sizes

@@ -209,5 +209,6 @@ class GpuBruteJoin:
         return tuple(None if parts[0][t] is None else np.concatenate([p[t] for p in parts]) for t in range(3))
 
     def batches(self, max_pairs: int, with_distance: bool = True):
+        """One batch per group of tile pairs (bounded by ``batch_bytes`` of products, not by ``max_pairs``)."""
         for i, j, d in self._device_parts():
             yield to_host(i, j, d if with_distance else None)
