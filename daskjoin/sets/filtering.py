@@ -1,0 +1,152 @@
+"""Candidate generation: AllPairs / PPJoin prefix, length and positional filters (Numba).
+
+Sets arrive sorted by size with tokens as frequency ranks (rarest first), the
+layout of :mod:`daskjoin.io.sets_in`.  The inverted index over every indexed
+set's prefix is built once; probes are then independent, so a window of probes
+is split over threads (the paper filters on one host thread; splitting the
+probes is what lets filtering keep up with GPU verification on a many-core
+node).  In a self-join a probe only looks at postings of earlier sets, which
+makes every pair come out once.
+
+A window's candidates come out in the paper's flat layout: ``probes`` (probe
+set of each group), ``offsets`` (group boundaries) and ``cands`` (candidate
+sets), ready for either verifier.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from .measures import index_prefix, max_partner, min_partner, probe_prefix, required_overlap
+
+PRUNED = np.int32(-1)
+
+
+@njit(cache=True)
+def prefix_lengths(sizes, code, p, q, for_index, larger_partners):
+    """Prefix length per set: probe prefixes, or index prefixes (tighter when partners are never smaller)."""
+    out = np.empty(len(sizes), np.int64)
+    for k in range(len(sizes)):
+        n = sizes[k]
+        if for_index and larger_partners:
+            out[k] = index_prefix(n, code, p, q)
+        else:
+            out[k] = probe_prefix(n, code, p, q)
+    return out
+
+
+@njit(cache=True)
+def build_index(tokens, offsets, prefix, n_vocab):
+    """Inverted index of every set's prefix: postings (set, position) per token, in set order."""
+    counts = np.zeros(n_vocab + 1, np.int64)
+    for s in range(len(prefix)):
+        base = offsets[s]
+        for k in range(prefix[s]):
+            counts[tokens[base + k] + 1] += 1
+    starts = np.cumsum(counts)
+    post_set = np.empty(starts[-1], np.int32)
+    post_pos = np.empty(starts[-1], np.int32)
+    fill = starts[:-1].copy()
+    for s in range(len(prefix)):
+        base = offsets[s]
+        for k in range(prefix[s]):
+            w = tokens[base + k]
+            post_set[fill[w]] = s
+            post_pos[fill[w]] = k
+            fill[w] += 1
+    return starts, post_set, post_pos
+
+
+@njit(cache=True, inline="always")
+def _first_at_least(post_set, lo, hi, s_sizes, min_size):
+    """First posting in [lo, hi) whose set has at least min_size tokens (sizes grow along a list)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if s_sizes[post_set[mid]] < min_size:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True)
+def _probe(r, r_tokens, r_offsets, s_sizes, starts, post_set, post_pos, selfjoin, ppjoin, code, p, q, count, touched):
+    """Score one probe set against the index; returns how many sets it touched (kept ones have count > 0)."""
+    base = r_offsets[r]
+    nr = r_offsets[r + 1] - base
+    n_touched = 0
+    pref = probe_prefix(nr, code, p, q)
+    if pref <= 0:
+        return 0
+    lo_size = min_partner(nr, code, p, q)
+    hi_size = max_partner(nr, code, p, q)
+    for i in range(pref):
+        w = r_tokens[base + i]
+        k = _first_at_least(post_set, starts[w], starts[w + 1], s_sizes, lo_size)
+        for k in range(k, starts[w + 1]):
+            s = post_set[k]
+            if selfjoin and s >= r:
+                break
+            ns = s_sizes[s]
+            if ns > hi_size:
+                break
+            seen = count[s]
+            if seen < 0:
+                continue
+            if seen == 0:
+                touched[n_touched] = s
+                n_touched += 1
+            if ppjoin:
+                rest = min(nr - i - 1, ns - post_pos[k] - 1)
+                if seen + 1 + rest >= required_overlap(nr, ns, code, p, q):
+                    count[s] = seen + 1
+                else:
+                    count[s] = PRUNED
+            else:
+                count[s] = seen + 1
+    return n_touched
+
+
+@njit(cache=True, parallel=True)
+def filter_window(r_tokens, r_offsets, s_sizes, starts, post_set, post_pos, selfjoin, ppjoin, code, p, q,
+                  range_lo, range_hi, count, touched, probes, group_end, cands, region):
+    """Filter the probe ranges [range_lo[t], range_hi[t]) in parallel, one region of the buffers each.
+
+    Thread t writes probe ids to ``probes[t]``, group ends to ``group_end[t]`` and
+    candidates to ``cands[t]`` (``region`` slots), stopping before a probe whose
+    candidates do not fit.  Returns, per thread, (probes done, candidates written);
+    ``range_lo`` is advanced past the probes done.
+    """
+    n_threads = len(range_lo)
+    done = np.zeros((n_threads, 2), np.int64)
+    for t in prange(n_threads):
+        n_groups = 0
+        n_cands = 0
+        r = range_lo[t]
+        while r < range_hi[t]:
+            n_touched = _probe(r, r_tokens, r_offsets, s_sizes, starts, post_set, post_pos, selfjoin, ppjoin,
+                               code, p, q, count[t], touched[t])
+            kept = 0
+            for k in range(n_touched):
+                if count[t, touched[t, k]] > 0:
+                    kept += 1
+            if n_cands + kept > region:
+                for k in range(n_touched):
+                    count[t, touched[t, k]] = 0
+                break
+            if kept:
+                for k in range(n_touched):
+                    s = touched[t, k]
+                    if count[t, s] > 0:
+                        cands[t, n_cands] = s
+                        n_cands += 1
+                probes[t, n_groups] = r
+                group_end[t, n_groups] = n_cands
+                n_groups += 1
+            for k in range(n_touched):
+                count[t, touched[t, k]] = 0
+            r += 1
+        range_lo[t] = r
+        done[t, 0] = n_groups
+        done[t, 1] = n_cands
+    return done

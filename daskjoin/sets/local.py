@@ -1,0 +1,168 @@
+"""One block of a set join on one worker: index, filter windows in parallel, verify chunks.
+
+The host filters the next chunk while the verifier (GPU: asynchronous) checks
+the last one, as in Bellas & Gounaris' three-thread framework; here the
+overlap comes from the GPU queue's asynchrony instead of extra host threads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from .filtering import build_index, filter_window, prefix_lengths
+from .measures import Threshold
+from .verify_cpu import CpuVerifier
+
+ALGORITHMS = ("ppjoin", "allpairs")
+DEFAULT_CHUNK = 1 << 22
+_MIN_WINDOW, _MAX_WINDOW = 16, 1 << 15
+
+
+@dataclass(frozen=True)
+class Flat:
+    """Token sets in the flat layout: ranks (int32) and offsets (int64), sorted by size."""
+
+    tokens: np.ndarray
+    offsets: np.ndarray
+
+    @classmethod
+    def of(cls, tokens, offsets) -> "Flat":
+        return cls(np.ascontiguousarray(tokens, np.int32), np.ascontiguousarray(offsets, np.int64))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def _n_vocab(*flats: Flat) -> int:
+    return int(max((f.tokens.max() + 1 if len(f.tokens) else 0) for f in flats))
+
+
+class _Windows:
+    """Probe windows split over threads, with the leftovers of threads whose buffer region filled."""
+
+    def __init__(self, n_probes: int, n_threads: int, region: int):
+        self.n_probes, self.n_threads, self.region = n_probes, n_threads, region
+        self.next = 0
+        self.width = 64
+        self.lo = np.zeros(n_threads, np.int64)
+        self.hi = np.zeros(n_threads, np.int64)
+
+    def refill(self) -> bool:
+        """New ranges when every thread is done with its last one; False when all probes are done."""
+        if (self.lo < self.hi).any():
+            return True
+        if self.next >= self.n_probes:
+            return False
+        for t in range(self.n_threads):
+            self.lo[t] = min(self.n_probes, self.next + t * self.width)
+            self.hi[t] = min(self.n_probes, self.lo[t] + self.width)
+        self.next = int(self.hi[-1])
+        return True
+
+    def adapt(self, written: int, overflowed: bool) -> None:
+        if overflowed:
+            self.width = max(_MIN_WINDOW, self.width // 2)
+        elif written * 4 < self.region * self.n_threads:
+            self.width = min(_MAX_WINDOW, self.width * 2)
+
+
+def candidate_chunks(r: Flat, s: Flat | None, threshold: Threshold, algorithm: str = "ppjoin",
+                     larger_partners: bool = False, chunk: int = DEFAULT_CHUNK):
+    """Yield (probes, offsets, cands) chunks of about ``chunk`` candidates (``s=None``: self-join).
+
+    ``larger_partners``: every set of ``s`` is no larger than every set of ``r``
+    (two size-range partitions of one collection), which allows the shorter
+    index prefix.
+    """
+    selfjoin = s is None
+    s = r if selfjoin else s
+    code, p, q = threshold.args()
+    n_vocab = _n_vocab(r, s)
+    index_prefix = prefix_lengths(s.sizes, code, p, q, True, selfjoin or larger_partners)
+    starts, post_set, post_pos = build_index(s.tokens, s.offsets, index_prefix, n_vocab)
+    n_threads = numba.get_num_threads()
+    region = max(chunk // n_threads, len(s), 1)
+    count = np.zeros((n_threads, len(s)), np.int32)
+    touched = np.zeros((n_threads, len(s)), np.int32)
+    cands = np.empty((n_threads, region), np.int32)
+    probes = np.empty((n_threads, _MAX_WINDOW), np.int32)
+    group_end = np.empty((n_threads, _MAX_WINDOW), np.int64)
+    windows = _Windows(len(r), n_threads, region)
+    pending, pending_cands = [], 0
+    s_sizes = s.sizes
+    while windows.refill():
+        before = windows.hi - windows.lo
+        done = filter_window(r.tokens, r.offsets, s_sizes, starts, post_set, post_pos, selfjoin,
+                             algorithm == "ppjoin", code, p, q, windows.lo, windows.hi, count, touched,
+                             probes, group_end, cands, region)
+        for t in range(n_threads):
+            n_groups, n_cands = int(done[t, 0]), int(done[t, 1])
+            if n_groups:
+                pending.append((probes[t, :n_groups].copy(), group_end[t, :n_groups].copy(),
+                                cands[t, :n_cands].copy()))
+                pending_cands += n_cands
+        windows.adapt(int(done[:, 1].sum()), bool((windows.lo < windows.hi).any() and (before > 0).any()))
+        if pending_cands >= chunk:
+            yield _flatten(pending)
+            pending, pending_cands = [], 0
+    if pending:
+        yield _flatten(pending)
+
+
+def _flatten(groups):
+    """Per-thread pieces to one (probes, offsets, cands) chunk."""
+    probes = np.concatenate([g[0] for g in groups])
+    cands = np.concatenate([g[2] for g in groups])
+    offsets = np.zeros(len(probes) + 1, np.int64)
+    at, base = 0, 0
+    for g_probes, g_ends, g_cands in groups:
+        offsets[at + 1: at + 1 + len(g_probes)] = g_ends + base
+        at += len(g_probes)
+        base += len(g_cands)
+    return probes, offsets, cands
+
+
+def make_verifier(kind: str, r: Flat, s: Flat, threshold: Threshold, count_only: bool, options: dict):
+    if kind == "cpu":
+        return CpuVerifier(r, s, threshold, count_only)
+    from .verify_gpu import GpuVerifier
+
+    return GpuVerifier(r, s, threshold, count_only=count_only, **options)
+
+
+def join_block(r: Flat, s: Flat | None, threshold: Threshold, *, algorithm: str = "ppjoin", backend: str = "cpu",
+               count_only: bool = False, larger_partners: bool = False, options: dict | None = None):
+    """Every matching pair of one block: (r positions, s positions, overlaps) or the count.
+
+    Self-join (``s=None``): pairs (earlier set, later set) in the size-sorted order, each once;
+    the first array holds the *later* set (the probe).
+    """
+    options = dict(options or {})
+    chunk = int(options.pop("chunk_candidates", DEFAULT_CHUNK))
+    s_side = r if s is None else s
+    verifier = make_verifier(backend, r, s_side, threshold, count_only, options)
+    parts = []
+    try:
+        pending = None
+        for piece in candidate_chunks(r, s, threshold, algorithm, larger_partners, chunk):
+            handle = verifier.submit(*piece)  # the GPU verifies this chunk while the next one is filtered
+            if pending is not None:
+                parts.append(verifier.collect(pending))
+            pending = handle
+        if pending is not None:
+            parts.append(verifier.collect(pending))
+        if count_only:
+            return verifier.total()
+    finally:
+        verifier.close()
+    parts = [p for p in parts if len(p[0])]
+    if not parts:
+        empty = np.zeros(0, np.int64)
+        return empty, empty.copy(), np.zeros(0, np.int32)
+    return tuple(np.concatenate(c) for c in zip(*parts))
