@@ -20,10 +20,14 @@ import pyarrow.parquet as pq
 SUCCESS = "_SUCCESS"
 
 
-def schema(with_distance: bool) -> pa.Schema:
+DISTANCE = ("dist", "float32")
+
+
+def schema(value: tuple | None = DISTANCE) -> pa.Schema:
+    """Columns i, j (int64) and an optional value column given as (name, numpy dtype name)."""
     fields = [pa.field("i", pa.int64(), nullable=False), pa.field("j", pa.int64(), nullable=False)]
-    if with_distance:
-        fields.append(pa.field("dist", pa.float32(), nullable=False))
+    if value is not None:
+        fields.append(pa.field(value[0], pa.from_numpy_dtype(np.dtype(value[1])), nullable=False))
     return pa.schema(fields)
 
 
@@ -36,18 +40,25 @@ def _atomic_path(final: str) -> str:
     return os.path.join(folder, f".{name}.tmp-{uuid.uuid4().hex[:8]}")
 
 
-def write_partition(out_dir: str, index: int, batches, with_distance: bool) -> dict:
-    """Write the (i, j, dist) ``batches`` of partition ``index`` as one file, one row group per batch."""
+def write_partition(out_dir: str, index: int, batches, with_distance: bool = True, *,
+                    value: tuple | None = DISTANCE) -> dict:
+    """Write the (i, j, value) ``batches`` of partition ``index`` as one file, one row group per batch.
+
+    ``value`` names the third column and its dtype (the ε-join's float32 ``dist`` by default);
+    ``with_distance=False`` drops it.
+    """
     final = os.path.join(out_dir, part_name(index))
     tmp = _atomic_path(final)
-    sch = schema(with_distance)
+    if not with_distance:
+        value = None
+    sch = schema(value)
     rows = 0
     try:
         with pq.ParquetWriter(tmp, sch, compression="snappy") as writer:
             for i, j, dist in batches:
                 cols = [pa.array(np.asarray(i, np.int64)), pa.array(np.asarray(j, np.int64))]
-                if with_distance:
-                    cols.append(pa.array(np.asarray(dist, np.float32)))
+                if value is not None:
+                    cols.append(pa.array(np.asarray(dist, value[1])))
                 if len(i):
                     writer.write_table(pa.Table.from_arrays(cols, schema=sch))
                 rows += len(i)

@@ -1,0 +1,5 @@
+"""Exact set-similarity joins (Bellas & Gounaris): CPU filtering, CPU or GPU verification, Dask blocks."""
+from .api import SetJoinResult, set_similarity_join
+from .measures import MEASURES
+
+__all__ = ["set_similarity_join", "SetJoinResult", "MEASURES"]

@@ -1,0 +1,219 @@
+"""``set_similarity_join``: validate -> plan size-range blocks -> run them on the cluster."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..execution.cluster import resolve_client
+from ..io.parquet_out import prepare_output
+from ..validation import InputError, check_output_path
+from . import execute
+from .local import ALGORITHMS
+from .measures import Threshold, parse_threshold
+from .plan import SetPlan, cross_blocks, matchable_from, partition_count, self_blocks, split_ranges
+
+OUTPUTS = ("pairs", "count")
+GPU_OPTIONS = ("verify", "block", "chunk_candidates")
+
+
+@dataclass(frozen=True)
+class SetJoinResult:
+    """What a set join written to Parquet returns."""
+
+    path: str
+    pairs: int
+    files: int
+    plan_seconds: float
+    run_seconds: float
+    plan: SetPlan
+
+    @property
+    def seconds(self) -> float:
+        return self.plan_seconds + self.run_seconds
+
+    def read(self):
+        """The pairs (i, j, sim) as a Dask DataFrame read back from the Parquet files."""
+        import dask.dataframe as dd
+
+        if not self.files:
+            return execute.to_dataframe(execute.SetJob(self.plan, None, None))
+        return dd.read_parquet(os.path.join(self.path, "part-*.parquet"))
+
+    def __str__(self) -> str:
+        return (f"{self.pairs:,} pairs in {self.seconds:.2f} s (plan {self.plan_seconds:.2f} s, join "
+                f"{self.run_seconds:.2f} s) -> {self.path} ({self.files} files + _SUCCESS)")
+
+
+@dataclass(frozen=True)
+class _Input:
+    """A collection to join: its sizes (always in memory) and where tasks read its sets."""
+
+    sizes: np.ndarray
+    tokens: int
+    source: execute.SetSource
+    collection: object = None
+
+
+def _open_input(x, name: str) -> _Input:
+    from ..io.sets_in import SetCollection, is_set_store, prepare_sets
+
+    if isinstance(x, (str, os.PathLike)):
+        path = os.path.abspath(os.fspath(x))
+        if not is_set_store(path):
+            raise InputError(f"{name}: {path!r} is not a daskjoin set store (create one with `daskjoin import-sets` "
+                             "or daskjoin.io.sets_in.import_sets)")
+        import zarr
+
+        offsets = np.asarray(zarr.open_group(store=path, mode="r")["offsets"][:], np.int64)
+        return _Input(np.diff(offsets), int(offsets[-1]), execute.SetSource(path=path))
+    if isinstance(x, SetCollection):
+        coll = x
+    elif isinstance(x, np.ndarray) or not hasattr(x, "__iter__") or isinstance(x, (bytes, dict)):
+        raise InputError(f"{name} must be a set store path, a SetCollection or an iterable of token sets, "
+                         f"got {type(x).__name__}")
+    else:
+        coll = prepare_sets(x)
+    return _Input(coll.sizes, coll.n_tokens, execute.SetSource(collection=coll), coll)
+
+
+def _aligned(a: _Input, b: _Input) -> tuple[_Input, _Input]:
+    """R x S needs one token order for both sides: re-rank them together (in this process)."""
+    from ..io.sets_in import align, open_sets
+
+    ca = a.collection if a.collection is not None else open_sets(a.source.path)
+    cb = b.collection if b.collection is not None else open_sets(b.source.path)
+    ca, cb = align(ca, cb)
+    return (_Input(ca.sizes, ca.n_tokens, execute.SetSource(collection=ca), ca),
+            _Input(cb.sizes, cb.n_tokens, execute.SetSource(collection=cb), cb))
+
+
+def _check_options(algorithm, output, partitions, gpu_options) -> dict:
+    if algorithm not in ALGORITHMS:
+        raise InputError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    if output not in OUTPUTS:
+        raise InputError(f"output must be one of {OUTPUTS}, got {output!r}")
+    if partitions is not None and (isinstance(partitions, bool) or not isinstance(partitions, (int, np.integer))
+                                   or partitions < 1):
+        raise InputError(f"partitions must be a positive integer, got {partitions!r}")
+    options = dict(gpu_options or {})
+    unknown = sorted(set(options) - set(GPU_OPTIONS))
+    if unknown:
+        raise InputError(f"gpu_options {unknown} are not set-join options; allowed: {list(GPU_OPTIONS)}")
+    from .verify_gpu import KERNELS
+
+    if "verify" in options and options["verify"] not in KERNELS:
+        raise InputError(f"gpu_options verify must be one of {sorted(KERNELS)}, got {options['verify']!r}")
+    return options
+
+
+def _cluster_threads(client) -> int:
+    return sum(w.get("nthreads", 1) for w in client.scheduler_info().get("workers", {}).values()) or 1
+
+
+def _plan(a: _Input, b: _Input | None, threshold: Threshold, *, algorithm, backend, client, budget, partitions,
+          gpu_options) -> SetPlan:
+    from ..api import _auto_budget, _backend
+
+    if budget == "auto":
+        budget = _auto_budget(client)
+    backend, _on_gpu = _backend(backend, client)
+    threads = _cluster_threads(client)
+    start_a = matchable_from(a.sizes, threshold)
+    if b is None:
+        k = partition_count(a.tokens, len(a.sizes), budget, threads, partitions)
+        parts_a = split_ranges(a.sizes, start_a, k)
+        parts_b = ()
+        blocks, pruned = self_blocks(a.sizes, parts_a, threshold)
+        unmatchable = start_a
+    else:
+        start_b = matchable_from(b.sizes, threshold)
+        k = partition_count(a.tokens + b.tokens, len(a.sizes) + len(b.sizes), budget, threads, partitions)
+        k_a = max(1, round(k * a.tokens / max(1, a.tokens + b.tokens))) if partitions is None else partitions
+        k_b = max(1, k - k_a) if partitions is None else partitions
+        parts_a, parts_b = split_ranges(a.sizes, start_a, k_a), split_ranges(b.sizes, start_b, k_b)
+        blocks, pruned = cross_blocks(a.sizes, parts_a, b.sizes, parts_b, threshold)
+        unmatchable = start_a + start_b
+    return SetPlan(threshold=threshold, algorithm=algorithm, backend=backend, selfjoin=b is None, n_a=len(a.sizes),
+                   n_b=0 if b is None else len(b.sizes), parts_a=parts_a, parts_b=parts_b, blocks=blocks,
+                   pruned=pruned, unmatchable=unmatchable, budget=int(budget),
+                   gpu_options=tuple(sorted(gpu_options.items())))
+
+
+def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", algorithm: str = "ppjoin",
+                        backend: str = "auto", output: str = "pairs", client=None, out=None, overwrite: bool = False,
+                        progress: bool = False, memory_budget=None, partitions: int | None = None,
+                        gpu_options: dict | None = None):
+    """Exact set-similarity join: every pair of token sets whose similarity reaches ``threshold``.
+
+    Filtering (AllPairs / PPJoin prefix, length and positional filters) runs on
+    the CPU with Numba; candidates are verified on the worker's GPU where there is
+    one (``backend="auto"``), else on its CPU cores.  Sets are split into size
+    ranges and only range pairs the length filter allows are joined.
+
+    Parameters
+    ----------
+    a, b : set store path, SetCollection or iterable of token sets
+        Token sets (ints or strings; duplicates inside a set are ignored).
+        ``b=None``: self-join, pairs ``i < j`` each once.  A×B: ``i`` indexes ``a``, ``j`` indexes ``b``.
+    threshold : float or int
+        ``jaccard``/``cosine``/``dice``: in (0, 1], read as the decimal it prints as (0.8 means 4/5,
+        so a pair exactly at 4/5 is included); ``overlap``: a positive number of shared tokens.
+    measure : {"jaccard", "cosine", "dice", "overlap"}
+    algorithm : {"ppjoin", "allpairs"}
+        Both give the same pairs; ``ppjoin`` adds the positional filter (fewer candidates).
+    backend : {"auto", "cpu", "gpu"}
+        Where candidates are verified.
+    output : {"pairs", "count"}
+    client, out, overwrite, progress, memory_budget
+        As in :func:`daskjoin.similarity_join`.
+    partitions : int, optional
+        Number of size-range partitions (default: from the memory budget and the cluster's threads).
+    gpu_options : dict, optional
+        ``verify``: "block" (default), "thread" or "intersect_path" (the paper's alternatives B, A, C);
+        ``block``: threads per block (32); ``chunk_candidates``: candidates per verified chunk.
+
+    Returns
+    -------
+    dask.dataframe.DataFrame, int or SetJoinResult
+        Lazy pairs (``i``, ``j``, ``sim`` float64; for ``overlap`` the shared-token count), the count,
+        or the Parquet result.  Empty sets match nothing.
+
+    Examples
+    --------
+    >>> import daskjoin as dj
+    >>> docs = [["a", "b", "c"], ["a", "b", "c", "d"], ["x", "y"]]
+    >>> dj.set_similarity_join(docs, threshold=0.75).compute().values.tolist()
+    [[0.0, 1.0, 0.75]]
+    """
+    from ..api import _budget
+
+    thr = parse_threshold(measure, threshold)
+    options = _check_options(algorithm, output, partitions, gpu_options)
+    if backend not in ("auto", "cpu", "gpu"):
+        raise InputError(f"backend must be one of ('auto', 'cpu', 'gpu'), got {backend!r}")
+    budget = _budget(memory_budget)
+    if out is not None:
+        if output == "count":
+            raise InputError("output='count' returns a number; it cannot be combined with out=PATH")
+        out = check_output_path(out, overwrite)
+    in_a = _open_input(a, "A")
+    in_b = None if b is None else _open_input(b, "B")
+    client = resolve_client(client)
+    start = time.perf_counter()
+    if in_b is not None:
+        in_a, in_b = _aligned(in_a, in_b)
+    plan = _plan(in_a, in_b, thr, algorithm=algorithm, backend=backend, client=client, budget=budget,
+                 partitions=partitions, gpu_options=options)
+    job = execute.SetJob(plan, in_a.source, None if in_b is None else in_b.source)
+    planned = time.perf_counter()
+    if output == "count":
+        return execute.count(job, client, progress=progress) if plan.blocks else 0
+    if out is None:
+        return execute.to_dataframe(job)
+    prepare_output(out, overwrite)
+    manifest = execute.write_parquet(job, client, out, progress=progress)
+    return SetJoinResult(path=out, pairs=manifest["rows"], files=len(manifest["files"]),
+                         plan_seconds=planned - start, run_seconds=time.perf_counter() - planned, plan=plan)

@@ -1,0 +1,120 @@
+"""Set-join plans to Dask work: what one block task does, and the lazy frame / count / Parquet drivers."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..execution.progress import wait_all
+from ..execution.task import _freeing_gpu_on_error, _set_threads
+from ..io import parquet_out
+from ..kernels import resolve_backend
+from .local import Flat, join_block
+from .plan import SetBlock, SetPlan
+
+VALUE_COLUMN = ("sim", "float64")
+
+
+@dataclass(frozen=True, eq=False)
+class SetSource:
+    """Where a task reads its sets: a store path (read by range) or an in-memory collection."""
+
+    path: str | None = None
+    collection: object = None
+
+    def read(self, rows: tuple):
+        lo, hi = rows
+        if self.path is not None:
+            from ..io.sets_in import read_sets_range
+
+            part = read_sets_range(self.path, lo, hi)
+        else:
+            part = self.collection.slice(lo, hi)
+        return Flat.of(part.tokens, part.offsets), part.ids
+
+
+@dataclass(frozen=True, eq=False)
+class SetJob:
+    """What every block task of one join shares (shipped once)."""
+
+    plan: SetPlan
+    source_a: SetSource
+    source_b: SetSource | None
+
+    def run(self, block: SetBlock, count_only: bool):
+        """The block's matches as (i, j, sim) in original ids, or their number."""
+        _set_threads()
+        plan = self.plan
+        backend = resolve_backend(plan.backend)
+        r, r_ids = self.source_a.read(block.r)
+        if block.is_self:
+            s, s_ids = None, r_ids
+        else:
+            s, s_ids = (self.source_a if plan.selfjoin else self.source_b).read(block.s)
+        options = dict(plan.gpu_options)
+        if backend != "gpu":
+            options = {k: v for k, v in options.items() if k == "chunk_candidates"}
+        got = join_block(r, s, plan.threshold, algorithm=plan.algorithm, backend=backend, count_only=count_only,
+                         larger_partners=block.larger_partners, options=options)
+        if count_only:
+            return int(got)
+        probe, cand, overlap = got
+        sizes_r = r.sizes
+        sizes_s = sizes_r if s is None else s.sizes
+        sim = plan.threshold.similarity(overlap, sizes_r[probe], sizes_s[cand])
+        i, j = r_ids[probe], s_ids[cand]
+        if plan.selfjoin:
+            i, j = np.minimum(i, j), np.maximum(i, j)
+        order = np.lexsort((j, i))
+        return i[order], j[order], sim[order]
+
+
+def meta_frame() -> pd.DataFrame:
+    return pd.DataFrame({"i": np.zeros(0, np.int64), "j": np.zeros(0, np.int64), "sim": np.zeros(0, np.float64)})
+
+
+@_freeing_gpu_on_error
+def block_frame(block: SetBlock, job: SetJob) -> pd.DataFrame:
+    i, j, sim = job.run(block, count_only=False)
+    return pd.DataFrame({"i": i, "j": j, "sim": sim}, copy=False)
+
+
+@_freeing_gpu_on_error
+def block_count(block: SetBlock, job: SetJob) -> int:
+    return job.run(block, count_only=True)
+
+
+@_freeing_gpu_on_error
+def block_to_parquet(block: SetBlock, job: SetJob, out_dir: str) -> dict:
+    return parquet_out.write_partition(out_dir, block.index, [job.run(block, count_only=False)], value=VALUE_COLUMN)
+
+
+def to_dataframe(job: SetJob):
+    import dask.dataframe as dd
+
+    if not job.plan.blocks:
+        return dd.from_pandas(meta_frame(), npartitions=1)
+    return dd.from_map(block_frame, list(job.plan.blocks), args=[job], meta=meta_frame(), label="daskjoin-setpairs",
+                       enforce_metadata=False)
+
+
+def _submit(client, func, job: SetJob, **kwargs):
+    [shared] = client.scatter([job], hash=False)
+    return client.map(func, list(job.plan.blocks), job=shared, pure=False, **kwargs)
+
+
+def count(job: SetJob, client, *, progress: bool = False) -> int:
+    futures = _submit(client, block_count, job)
+    return int(sum(wait_all(client, futures, progress=progress, desc="counting")))
+
+
+def write_parquet(job: SetJob, client, out: str, *, progress: bool = False) -> dict:
+    start = time.perf_counter()
+    futures = _submit(client, block_to_parquet, job, out_dir=out)
+    entries = wait_all(client, futures, progress=progress, desc="joining")
+    t = job.plan.threshold
+    extra = {"measure": t.measure, "threshold": [t.p, t.q], "algorithm": job.plan.algorithm,
+             "selfjoin": job.plan.selfjoin, "seconds": round(time.perf_counter() - start, 3)}
+    return parquet_out.write_manifest(out, entries, extra)

@@ -1,0 +1,141 @@
+"""Set-join plans: size-range partitions and the partition pairs the length filter keeps.
+
+Sets are stored by size, so a partition is a contiguous range of stored sets
+and its sizes are one interval.  Partition pairs whose size intervals cannot
+meet under the length filter are never joined; every other pair of sets falls
+in exactly one block, so the union of the blocks' results is exact and
+duplicate-free.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .measures import Threshold, max_partner, min_partner, probe_prefix
+
+#: Rough bytes one token costs a block (its rank, its postings, candidates, CPU scratch)
+BYTES_PER_TOKEN = 48
+BYTES_PER_SET = 64
+
+
+@dataclass(frozen=True)
+class SetBlock:
+    """One task: probe sets ``r`` against ``s`` (``s=None``: a self-join of ``r``)."""
+
+    index: int
+    r: tuple
+    s: tuple | None
+    larger_partners: bool = False
+
+    @property
+    def is_self(self) -> bool:
+        return self.s is None
+
+
+@dataclass(frozen=True)
+class SetPlan:
+    """What a set join will run, and why."""
+
+    threshold: Threshold
+    algorithm: str
+    backend: str
+    selfjoin: bool
+    n_a: int
+    n_b: int
+    parts_a: tuple
+    parts_b: tuple
+    blocks: tuple
+    pruned: int
+    unmatchable: int
+    budget: int
+    gpu_options: tuple = ()
+
+    @property
+    def ntasks(self) -> int:
+        return len(self.blocks)
+
+    def explain(self) -> str:
+        t = self.threshold
+        value = f"{t.p}" if t.measure == "overlap" else f"{t.p}/{t.q} (= {t.value:g})"
+        kind = "self-join" if self.selfjoin else f"R x S join ({self.n_a:,} x {self.n_b:,} sets)"
+        lines = [
+            f"set-similarity {kind}: {t.measure} >= {value}, decided exactly on integers",
+            f"  algorithm {self.algorithm} (prefix + length{' + positional' if self.algorithm == 'ppjoin' else ''} "
+            f"filters), backend {self.backend}",
+            f"  {len(self.parts_a)} size-range partition(s) of {'the' if self.selfjoin else 'R,'} "
+            f"{'' if self.selfjoin else f'{len(self.parts_b)} of S, '}sets; {self.ntasks} block(s) to join, "
+            f"{self.pruned} partition pair(s) skipped by the length filter",
+            f"  {self.unmatchable:,} set(s) too small to reach the threshold are skipped",
+            f"  memory budget per task {self.budget / 2**20:,.0f} MiB",
+        ]
+        return "\n".join(lines)
+
+
+def matchable_from(sizes: np.ndarray, threshold: Threshold) -> int:
+    """First stored set (sizes ascending) that can reach the threshold with some partner."""
+    code, p, q = threshold.args()
+    lo, hi = 0, len(sizes)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if probe_prefix(np.int64(sizes[mid]), code, p, q) > 0:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def split_ranges(sizes: np.ndarray, start: int, k: int) -> tuple:
+    """Up to ``k`` contiguous ranges of sets ``start..n`` with about equal numbers of tokens."""
+    n = len(sizes)
+    if start >= n:
+        return ()
+    k = max(1, min(int(k), n - start))
+    cum = np.concatenate([[0], np.cumsum(sizes[start:], dtype=np.int64)])
+    targets = cum[-1] * np.arange(1, k) / k
+    cuts = start + np.searchsorted(cum, targets, side="left")
+    bounds = np.unique(np.concatenate([[start], np.clip(cuts, start + 1, n - 1) if n - start > 1 else [], [n]]))
+    return tuple((int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]))
+
+
+def partition_count(tokens: int, n_sets: int, budget: int, n_threads: int, forced: int | None) -> int:
+    if forced is not None:
+        return max(1, int(forced))
+    by_memory = math.ceil((tokens * BYTES_PER_TOKEN + n_sets * BYTES_PER_SET * 2) / max(budget, 1))
+    by_threads = 1 if n_threads <= 1 else math.ceil(math.sqrt(2 * n_threads))
+    return max(1, by_memory, by_threads)
+
+
+def _partner_range(sizes, part, threshold: Threshold) -> tuple:
+    code, p, q = threshold.args()
+    lo, hi = part
+    return int(min_partner(np.int64(sizes[lo]), code, p, q)), int(max_partner(np.int64(sizes[hi - 1]), code, p, q))
+
+
+def self_blocks(sizes: np.ndarray, parts: tuple, threshold: Threshold) -> tuple[tuple, int]:
+    """Blocks of a self-join over ``parts``: each partition with itself and with the smaller ones it can meet."""
+    blocks, pruned = [], 0
+    for l, part_l in enumerate(parts):
+        blocks.append(SetBlock(len(blocks), part_l, None))
+        lowest_partner, _ = _partner_range(sizes, part_l, threshold)
+        for k in range(l):
+            part_k = parts[k]
+            if sizes[part_k[1] - 1] >= lowest_partner:
+                blocks.append(SetBlock(len(blocks), part_l, part_k, larger_partners=True))
+            else:
+                pruned += 1
+    return tuple(blocks), pruned
+
+
+def cross_blocks(sizes_a, parts_a, sizes_b, parts_b, threshold: Threshold) -> tuple[tuple, int]:
+    """Blocks of an R x S join: every pair of partitions whose size intervals can meet."""
+    blocks, pruned = [], 0
+    for part_a in parts_a:
+        lo, hi = _partner_range(sizes_a, part_a, threshold)
+        for part_b in parts_b:
+            if sizes_b[part_b[1] - 1] >= lo and sizes_b[part_b[0]] <= hi:
+                blocks.append(SetBlock(len(blocks), part_a, part_b))
+            else:
+                pruned += 1
+    return tuple(blocks), pruned
