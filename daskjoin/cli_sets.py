@@ -1,0 +1,128 @@
+"""``daskjoin setjoin``, ``import-sets`` and ``synth-sets``: the set-similarity join on the command line."""
+from __future__ import annotations
+
+import sys
+import time
+
+EXAMPLES = {
+    "setjoin": "daskjoin setjoin sets.zarr --measure jaccard --threshold 0.8 --out pairs.parquet\n"
+               "  daskjoin setjoin r.zarr s.zarr --measure cosine --threshold 0.9 --count",
+    "import-sets": "daskjoin import-sets titles.txt titles.zarr            # one set per line, whitespace-separated\n"
+                   "  daskjoin import-sets baskets.parquet baskets.zarr --column items",
+    "synth-sets": "daskjoin synth-sets kosarak kosarak.zarr --n 600000 --seed 0",
+}
+
+
+def add_commands(sub, command) -> None:
+    """Register the set-join subcommands with the main parser (see :mod:`daskjoin.cli`)."""
+    p = command("setjoin", "Set-similarity join of token-set stores: Parquet pairs (i, j, sim) or the exact count.",
+                EXAMPLES["setjoin"], handler=_setjoin)
+    p.add_argument("a", help="set store (from `daskjoin import-sets`)")
+    p.add_argument("b", nargs="?", help="second set store for an R×S join (omit for a self-join)")
+    p.add_argument("--measure", default="jaccard", help="jaccard, cosine, dice or overlap (default: jaccard)")
+    p.add_argument("--threshold", required=True, type=float,
+                   help="similarity threshold in (0, 1]; for overlap a number of shared tokens")
+    p.add_argument("--algorithm", default="ppjoin", help="ppjoin or allpairs (default: ppjoin)")
+    p.add_argument("--backend", default="auto", help="where candidates are verified: auto, cpu or gpu")
+    p.add_argument("--partitions", type=int, default=None, help="size-range partitions (default: automatic)")
+    p.add_argument("--memory-budget", default=None, help="memory per task, e.g. 2GB (default: auto)")
+    p.add_argument("--scheduler", default=None, help="address of a running Dask scheduler (default: a local cluster)")
+    p.add_argument("--out", help="output directory of Parquet files (required unless --count)")
+    p.add_argument("--count", action="store_true", help="print the exact number of pairs; write nothing")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    imp = command("import-sets", "Import token sets (text: one set per line; Parquet: a list column) into a set store.",
+                  EXAMPLES["import-sets"], handler=_import_sets)
+    imp.add_argument("src", help="input file: text (one set per line) or .parquet")
+    imp.add_argument("out", help="output set store (Zarr group)")
+    imp.add_argument("--format", choices=("auto", "text", "parquet"), default="auto",
+                     help="input format (default: from the file name: .parquet is Parquet, anything else text)")
+    imp.add_argument("--sep", default=None, help="token separator for text (default: any whitespace)")
+    imp.add_argument("--column", default=None, help="Parquet list column holding the sets")
+    imp.add_argument("--id-column", default=None, help="Parquet column with the sets' ids (default: row numbers)")
+    imp.add_argument("--overwrite", action="store_true")
+
+    syn = command("synth-sets", "Write a seeded synthetic set collection (KOSARAK-like or DBLP-like) to a set store.",
+                  EXAMPLES["synth-sets"], handler=_synth_sets)
+    syn.add_argument("kind", help="kosarak (avg 8 tokens, Zipf) or dblp (character 2-grams, avg 88)")
+    syn.add_argument("out", help="output set store")
+    syn.add_argument("--n", type=int, required=True, help="number of sets")
+    syn.add_argument("--seed", type=int, default=0)
+    syn.add_argument("--overwrite", action="store_true")
+
+
+def _setjoin(args) -> int:
+    import daskjoin as dj
+    from .validation import InputError, check_output_path
+
+    if not args.count and not args.out:
+        raise InputError("setjoin needs --out PATH for the Parquet output, or --count to print the number of pairs")
+    if args.count and args.out:
+        raise InputError("--count prints a number and writes nothing: drop --out, or drop --count")
+    if args.out:
+        check_output_path(args.out, args.overwrite)
+    threshold = args.threshold
+    if args.measure == "overlap" and float(threshold).is_integer():
+        threshold = int(threshold)
+    common = dict(threshold=threshold, measure=args.measure, algorithm=args.algorithm, backend=args.backend,
+                  partitions=args.partitions, memory_budget=args.memory_budget, progress=not args.quiet)
+    _check_before_cluster(args, common)
+    from .execution.cluster import resolve_client
+
+    client = resolve_client(address=args.scheduler)
+    start = time.perf_counter()
+    if args.count:
+        n = dj.set_similarity_join(args.a, args.b, output="count", client=client, **common)
+        print(n)
+        print(f"{n:,} pairs counted in {time.perf_counter() - start:.2f} s", file=sys.stderr)
+        return 0
+    result = dj.set_similarity_join(args.a, args.b, out=args.out, overwrite=args.overwrite, client=client, **common)
+    print(result)
+    return 0
+
+
+def _check_before_cluster(args, common) -> None:
+    """Refuse bad thresholds, names and paths before any cluster is started or contacted."""
+    from .io.sets_in import is_set_store
+    from .sets.api import _check_options
+    from .sets.measures import parse_threshold
+    from .validation import InputError
+
+    parse_threshold(common["measure"], common["threshold"])
+    _check_options(common["algorithm"], "pairs", common["partitions"], None)
+    if common["backend"] not in ("auto", "cpu", "gpu"):
+        raise InputError(f"--backend must be auto, cpu or gpu, got {common['backend']!r}")
+    for path in (args.a, args.b):
+        if path is not None and not is_set_store(path):
+            raise InputError(f"{path!r} is not a daskjoin set store (create one with `daskjoin import-sets`)")
+
+
+def _import_sets(args) -> int:
+    from .io.sets_in import import_sets_parquet, import_sets_text, open_sets
+    from .validation import InputError
+
+    fmt = args.format
+    if fmt == "auto":
+        fmt = "parquet" if args.src.endswith((".parquet", ".pq")) else "text"
+    start = time.perf_counter()
+    if fmt == "parquet":
+        if not args.column:
+            raise InputError("--column NAME is needed for Parquet input (the list column holding the sets)")
+        path = import_sets_parquet(args.src, args.out, column=args.column, id_column=args.id_column,
+                                   overwrite=args.overwrite)
+    else:
+        path = import_sets_text(args.src, args.out, sep=args.sep, overwrite=args.overwrite)
+    coll = open_sets(path)
+    print(f"imported {len(coll):,} sets ({coll.n_tokens:,} tokens, {len(coll.vocab):,} distinct) into {path} "
+          f"in {time.perf_counter() - start:.2f} s")
+    return 0
+
+
+def _synth_sets(args) -> int:
+    from .io.synth_sets import write_synth_sets
+
+    start = time.perf_counter()
+    path = write_synth_sets(args.kind, args.n, args.out, seed=args.seed, overwrite=args.overwrite)
+    print(f"wrote {args.n:,} {args.kind}-like sets to {path} in {time.perf_counter() - start:.2f} s")
+    return 0
