@@ -193,7 +193,9 @@ def import_sets_parquet(path, out, *, column: str, id_column: str | None = None,
         col = table.column(column).combine_chunks()
         if col.null_count:
             first = row + int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-            raise InputError(f"Parquet column {column!r} of {src!r}: row {first} has no set (null); use [] for an empty set")
+            raise InputError(
+                f"Parquet column {column!r} of {src!r}: row {first} has no set (null); use [] for an empty set"
+            )
         lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False).astype(np.int64)
         values = col.flatten()
         if pa.types.is_dictionary(values.type):
@@ -206,7 +208,9 @@ def import_sets_parquet(path, out, *, column: str, id_column: str | None = None,
             try:
                 parts.append(pc.cast(values, pa.int64()).to_numpy(zero_copy_only=False))
             except pa.ArrowInvalid as exc:
-                raise InputError(f"Parquet column {column!r} of {src!r}: a token does not fit in int64 ({exc})") from exc
+                raise InputError(
+                    f"Parquet column {column!r} of {src!r}: a token does not fit in int64 ({exc})"
+                ) from exc
         else:
             encoded = values.dictionary_encode()
             local = np.fromiter(map(codes.__getitem__, encoded.dictionary.to_pylist()), dtype=np.int64)

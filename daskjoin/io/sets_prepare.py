@@ -188,6 +188,8 @@ def prepare_flat(tokens, offsets, ids=None) -> SetCollection:
         codes, values = pd.factorize(arr.astype(np.int64))
         return _prepare_codes(codes.astype(np.int64), offsets, np.asarray(values, np.int64), ids)
     if arr.dtype.kind in "UT":
+        if arr.size == 0:  # no tokens, but string-typed: keep the kind
+            return _prepare_codes(np.empty(0, np.int64), offsets, np.empty(0, dtype=object), ids)
         arr = arr.astype(object)
     elif arr.dtype.kind == "S":
         raise InputError("tokens must be integers or str, got bytes; decode them first, e.g. tokens.astype(str)")

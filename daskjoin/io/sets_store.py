@@ -328,7 +328,9 @@ def _read_meta(group, path: str) -> dict:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InputError(f"set store {path!r}: attrs daskjoin.{key} must be a non-negative integer, got {value!r}")
     if meta.get("vocab_kind") not in VOCAB_KINDS:
-        raise InputError(f"set store {path!r}: attrs daskjoin.vocab_kind must be 'int' or 'str', got {meta.get('vocab_kind')!r}")
+        raise InputError(
+            f"set store {path!r}: attrs daskjoin.vocab_kind must be 'int' or 'str', got {meta.get('vocab_kind')!r}"
+        )
     return meta
 
 
@@ -355,7 +357,9 @@ def _open_store(path: str):
         try:
             arr = group[name]
         except KeyError:
-            raise InputError(f"set store {path!r} lacks its {name!r} array; the store is damaged, re-import it") from None
+            raise InputError(
+                f"set store {path!r} lacks its {name!r} array; the store is damaged, re-import it"
+            ) from None
         if not isinstance(arr, zarr.Array) or len(arr.shape) != 1:
             raise InputError(f"set store {path!r}: {name!r} must be a 1-D array")
         got = np.dtype(arr.dtype)

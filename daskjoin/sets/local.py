@@ -12,7 +12,8 @@ import numba
 import numpy as np
 
 from .filtering import build_index, filter_window, prefix_lengths
-from .measures import Threshold
+from . import groups
+from .measures import Threshold, meets
 from .verify_cpu import CpuVerifier
 
 ALGORITHMS = ("ppjoin", "allpairs")
@@ -136,32 +137,104 @@ def make_verifier(kind: str, r: Flat, s: Flat, threshold: Threshold, count_only:
     return GpuVerifier(r, s, threshold, count_only=count_only, **options)
 
 
-def join_block(r: Flat, s: Flat | None, threshold: Threshold, *, algorithm: str = "ppjoin", backend: str = "cpu",
-               count_only: bool = False, larger_partners: bool = False, options: dict | None = None):
-    """Every matching pair of one block: (r positions, s positions, overlaps) or the count.
+DEFAULT_MAX_PAIRS = 1 << 24
 
-    Self-join (``s=None``): pairs (earlier set, later set) in the size-sorted order, each once;
-    the first array holds the *later* set (the probe).
-    """
-    options = dict(options or {})
+
+def _verified(r: Flat, s: Flat | None, threshold: Threshold, algorithm: str, backend: str, count_only: bool,
+              larger_partners: bool, options: dict):
+    """Matches chunk by chunk: (probe positions, candidate positions, overlaps); for counts one int at the end."""
+    options = dict(options)
     chunk = int(options.pop("chunk_candidates", DEFAULT_CHUNK))
-    s_side = r if s is None else s
-    verifier = make_verifier(backend, r, s_side, threshold, count_only, options)
-    parts = []
+    verifier = make_verifier(backend, r, r if s is None else s, threshold, count_only, options)
     try:
         pending = None
         for piece in candidate_chunks(r, s, threshold, algorithm, larger_partners, chunk):
             handle = verifier.submit(*piece)  # the GPU verifies this chunk while the next one is filtered
-            if pending is not None:
-                parts.append(verifier.collect(pending))
+            if pending is not None and not count_only:
+                yield verifier.collect(pending)
             pending = handle
-        if pending is not None:
-            parts.append(verifier.collect(pending))
         if count_only:
-            return verifier.total()
+            yield verifier.total()
+        elif pending is not None:
+            yield verifier.collect(pending)
     finally:
         verifier.close()
-    parts = [p for p in parts if len(p[0])]
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """A side's runs of identical sets and its representatives."""
+
+    starts: np.ndarray
+    reps: Flat
+
+    @classmethod
+    def of(cls, f: Flat) -> "_Runs":
+        starts = groups.duplicate_runs(f.tokens, f.offsets)
+        if len(starts) - 1 == len(f):
+            return cls(starts, f)
+        return cls(starts, Flat.of(*groups.representatives(f.tokens, f.offsets, starts)))
+
+    @property
+    def has_copies(self) -> bool:
+        return len(self.starts) - 1 < self.starts[-1]
+
+
+def _qualifying_runs(runs: _Runs, threshold: Threshold) -> np.ndarray:
+    """Runs whose copies match each other (identical non-empty sets reach any normalised threshold)."""
+    code, p, q = threshold.args()
+    sizes = runs.reps.sizes
+    return np.array([meets(n, n, n, code, p, q) for n in sizes], bool) if len(sizes) else np.zeros(0, bool)
+
+
+def block_batches(r: Flat, s: Flat | None, threshold: Threshold, *, algorithm: str = "ppjoin", backend: str = "cpu",
+                  larger_partners: bool = False, options: dict | None = None, max_pairs: int = DEFAULT_MAX_PAIRS,
+                  group_copies: bool = True):
+    """Yield a block's matches in batches: (r positions, s positions, overlaps).
+
+    Self-join (``s=None``): each pair once, the first array holding the later set.
+    Identical sets are joined once and expanded (see :mod:`daskjoin.sets.groups`).
+    """
+    options = options or {}
+    runs_r = _Runs.of(r) if group_copies else None
+    runs_s = None if not group_copies else (runs_r if s is None else _Runs.of(s))
+    if not group_copies or not (runs_r.has_copies or runs_s.has_copies):
+        for got in _verified(r, s, threshold, algorithm, backend, False, larger_partners, options):
+            if len(got[0]):
+                yield got
+        return
+    if s is None:
+        yield from groups.within(runs_r.starts, runs_r.reps.sizes, _qualifying_runs(runs_r, threshold), max_pairs)
+    reps_s = None if s is None else runs_s.reps
+    for gp, gc, ov in _verified(runs_r.reps, reps_s, threshold, algorithm, backend, False, larger_partners, options):
+        yield from groups.expand(gp, gc, ov, runs_r.starts, runs_s.starts, max_pairs)
+
+
+def block_count(r: Flat, s: Flat | None, threshold: Threshold, *, algorithm: str = "ppjoin", backend: str = "cpu",
+                larger_partners: bool = False, options: dict | None = None, group_copies: bool = True) -> int:
+    """The number of a block's matches; with copies, run pairs weighted by their sizes."""
+    options = options or {}
+    runs_r = _Runs.of(r) if group_copies else None
+    runs_s = None if not group_copies else (runs_r if s is None else _Runs.of(s))
+    if not group_copies or not (runs_r.has_copies or runs_s.has_copies):
+        return sum(_verified(r, s, threshold, algorithm, backend, True, larger_partners, options))
+    total = groups.within_count(runs_r.starts, _qualifying_runs(runs_r, threshold)) if s is None else 0
+    n_r, n_s = np.diff(runs_r.starts), np.diff(runs_s.starts)
+    reps_s = None if s is None else runs_s.reps
+    for gp, gc, _ov in _verified(runs_r.reps, reps_s, threshold, algorithm, backend, False, larger_partners, options):
+        total += int((n_r[gp] * n_s[gc]).sum())
+    return total
+
+
+def join_block(r: Flat, s: Flat | None, threshold: Threshold, *, algorithm: str = "ppjoin", backend: str = "cpu",
+               count_only: bool = False, larger_partners: bool = False, options: dict | None = None,
+               group_copies: bool = True):
+    """Every match of one block at once: (r positions, s positions, overlaps), or their number."""
+    kw = dict(algorithm=algorithm, backend=backend, larger_partners=larger_partners, options=options,
+              group_copies=group_copies)
+    if count_only:
+        return block_count(r, s, threshold, **kw)
+    parts = list(block_batches(r, s, threshold, **kw))
     if not parts:
         empty = np.zeros(0, np.int64)
         return empty, empty.copy(), np.zeros(0, np.int32)
