@@ -1,38 +1,59 @@
 """The ``daskjoin`` command line: argument parsing only; everything else is the Python API.
 
 Exit codes: 0 success, 2 bad input (nothing written), 1 any other failure.
+
+Other modules add subcommands with one function, ``add_commands(sub, command)``, listed in
+:data:`EXTENSIONS`: ``command(name, help_text, example=..., handler=...)`` returns the new
+subparser (``handler(args) -> int`` may also be set later with ``p.set_defaults(handler=f)``).
+Every command needs an example: it ends the command's ``--help``.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import sys
 import time
 
 EXAMPLES = {
     "join": "daskjoin join points.zarr --eps 0.01 --out pairs.parquet\n"
-            "  daskjoin join a.zarr b.zarr --eps 0.5 --count --scheduler tcp://10.0.0.5:8786",
+            "  daskjoin join a.zarr b.zarr --eps 0.5 --count --scheduler tcp://10.0.0.5:8786\n"
+            "  daskjoin join points.zarr --eps 0.01 --out pairs.parquet --cluster slurm --jobs 4",
     "plan": "daskjoin plan points.zarr --eps 0.01 --memory-budget 2GB",
     "synth": "daskjoin synth uniform --n 1000000 --d 2 --seed 0 points.zarr",
     "import": "daskjoin import points.csv points.zarr",
+    "info": "daskjoin info\n  daskjoin info --scheduler tcp://10.0.0.5:8786 --json",
 }
+
+#: Modules whose ``add_commands(sub, command)`` adds subcommands (skipped while not present).
+EXTENSIONS = ("daskjoin.cli_sets",)
+
+CLUSTERS = ("local", "slurm", "pbs")
 
 
 def _parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="daskjoin",
         description="Exact similarity joins at any scale: Zarr in, Dask graph of Numba kernels, Parquet out.",
-        epilog="Examples:\n  " + "\n  ".join(EXAMPLES.values()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    examples = []
 
-    def command(name: str, help_text: str) -> argparse.ArgumentParser:
-        return sub.add_parser(
-            name, help=help_text, description=help_text, epilog="Example:\n  " + EXAMPLES[name],
+    def command(name: str, help_text: str, example: str | None = None, handler=None) -> argparse.ArgumentParser:
+        example = example or EXAMPLES.get(name)
+        if not example:
+            raise ValueError(f"daskjoin command {name!r} needs an example for its --help")
+        examples.append(example)
+        p = sub.add_parser(
+            name, help=help_text, description=help_text, epilog="Example:\n  " + example,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
+        if handler is not None:
+            p.set_defaults(handler=handler)
+        return p
 
-    def join_options(p: argparse.ArgumentParser) -> None:
+    def join_options(p: argparse.ArgumentParser, *, clusters: bool = False) -> None:
         p.add_argument("a", help="Zarr array of points (rows)")
         p.add_argument("b", nargs="?", help="second Zarr array for an A×B join (omit for a self-join)")
         p.add_argument("--eps", required=True, type=float, help="join radius: pairs with distance <= EPS")
@@ -41,20 +62,26 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--backend", default="auto",
                        help="auto (each task on its worker's GPU if CuPy sees one, else CPU), cpu or gpu (default: auto)")
         p.add_argument("--memory-budget", default=None, help="memory per task, e.g. 2GB (default: auto, a quarter of a worker's memory per thread)")
-        p.add_argument("--scheduler", default=None, help="address of a running Dask scheduler (default: a local cluster)")
+        where = p.add_mutually_exclusive_group() if clusters else p
+        where.add_argument("--scheduler", default=None, help="address of a running Dask scheduler (default: a local cluster)")
+        if clusters:
+            where.add_argument("--cluster", choices=CLUSTERS, default="local",
+                               help="local (default): a cluster on this machine; slurm or pbs: --jobs batch jobs "
+                                    "configured in dask config's jobqueue.slurm / jobqueue.pbs (deploy/hpc/jobqueue.yaml)")
+            p.add_argument("--jobs", type=int, default=None, help="batch jobs to submit with --cluster slurm|pbs (default: 1)")
 
-    join = command("join", "Join and write the pairs to Parquet (or print their exact count).")
-    join_options(join)
+    join = command("join", "Join and write the pairs to Parquet (or print their exact count).", handler=_join)
+    join_options(join, clusters=True)
     join.add_argument("--out", help="output directory of Parquet files (required unless --count)")
     join.add_argument("--count", action="store_true", help="print the exact number of pairs; write nothing")
     join.add_argument("--no-distance", action="store_true", help="omit the dist column")
     join.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     join.add_argument("--quiet", action="store_true", help="no progress bar")
 
-    plan = command("plan", "Print the plan of a join (method, partitions, estimate) without running it.")
+    plan = command("plan", "Print the plan of a join (method, partitions, estimate) without running it.", handler=_plan)
     join_options(plan)
 
-    synth = command("synth", "Write a seeded synthetic dataset to a chunked Zarr array.")
+    synth = command("synth", "Write a seeded synthetic dataset to a chunked Zarr array.", handler=_synth)
     synth.add_argument("kind", help="uniform (unit cube), expo (exponential, lambda=40) or clusters (Gaussian)")
     synth.add_argument("out", help="output Zarr path")
     synth.add_argument("--n", type=int, required=True, help="number of points")
@@ -63,19 +90,47 @@ def _parser() -> argparse.ArgumentParser:
     synth.add_argument("--chunk-rows", type=int, default=None)
     synth.add_argument("--overwrite", action="store_true")
 
-    imp = command("import", "Stream a .npy, .csv or .parquet file into a chunked Zarr array.")
+    imp = command("import", "Stream a .npy, .csv or .parquet file into a chunked Zarr array.", handler=_import)
     imp.add_argument("src", help="input file (.npy, .csv, .parquet)")
     imp.add_argument("out", help="output Zarr path")
     imp.add_argument("--columns", default=None, help="comma-separated columns to keep (default: all numeric)")
     imp.add_argument("--chunk-rows", type=int, default=None)
     imp.add_argument("--overwrite", action="store_true")
+
+    info = command("info", "Print versions, visible GPUs and the scheduler in use (with --scheduler: its workers).",
+                   handler=_info)
+    info.add_argument("--scheduler", default=None, help="address of a Dask scheduler whose workers to describe")
+    info.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for --scheduler (default: 10)")
+    info.add_argument("--json", action="store_true", help="machine-readable output")
+
+    for name in EXTENSIONS:
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name).add_commands(sub, command)
+
+    top.epilog = "Examples:\n  " + "\n  ".join(examples)
     return top
 
 
 def _client(args):
-    from .execution.cluster import resolve_client
+    from .execution.cluster import resolve_client, start_jobqueue
+    from .validation import InputError
 
-    return resolve_client(address=args.scheduler)
+    cluster = getattr(args, "cluster", None) or "local"
+    jobs = getattr(args, "jobs", None)
+    if cluster == "local":
+        if jobs is not None:
+            raise InputError(f"--jobs {jobs} needs --cluster slurm or --cluster pbs (it counts batch jobs)")
+        return resolve_client(address=args.scheduler)
+    jobs = 1 if jobs is None else jobs
+    if jobs < 1:
+        raise InputError(f"--jobs must be at least 1, got {jobs}")
+    from .execution.jobqueue import wait_for_first_worker
+
+    client = start_jobqueue(cluster, jobs)
+    print(f"daskjoin: submitted {jobs} {cluster} job(s); waiting for the first worker "
+          f"(the queue: {'squeue --me' if cluster == 'slurm' else 'qstat -u $USER'})", file=sys.stderr, flush=True)
+    wait_for_first_worker(client.cluster, client)
+    return client
 
 
 def _join(args) -> int:
@@ -137,7 +192,17 @@ def _import(args) -> int:
     return 0
 
 
-COMMANDS = {"join": _join, "plan": _plan, "synth": _synth, "import": _import}
+def _info(args) -> int:
+    from .info import collect, render
+
+    report = collect(scheduler=args.scheduler, timeout=args.timeout)
+    if args.json:
+        import json
+
+        print(json.dumps(report, indent=2))
+    else:
+        print(render(report))
+    return 0
 
 
 def main(argv=None) -> int:
@@ -145,7 +210,7 @@ def main(argv=None) -> int:
     from .validation import InputError
 
     try:
-        return COMMANDS[args.command](args)
+        return args.handler(args)
     except InputError as exc:
         print(f"daskjoin: error: {exc}", file=sys.stderr)
         return 2

@@ -1,11 +1,15 @@
-"""Which Dask client runs a join: the one given, an address, the current one, or a local cluster."""
+"""Which Dask client runs a join: the one given, an address, the current one, a batch-job cluster, or a local cluster."""
 from __future__ import annotations
 
 import atexit
 import importlib.util
+import logging
 import os
 
+logger = logging.getLogger(__name__)
+
 _DEFAULT = {}
+_CONNECTED = {}
 
 
 def local_cluster_options() -> dict:
@@ -30,29 +34,76 @@ def _start_local():
     return _DEFAULT["client"]
 
 
+def start_jobqueue(kind: str, jobs: int, **overrides):
+    """A client of ``jobs`` batch jobs of ``kind`` ('slurm' or 'pbs'), configured in dask config.
+
+    The cluster is daskjoin's default until :func:`close_default`, which cancels the jobs
+    (also at exit), so that an interrupted CLI run leaves nothing in the queue.
+    """
+    from distributed import Client
+
+    from .jobqueue import make_cluster
+
+    close_default()
+    cluster = make_cluster(kind, jobs, **overrides)
+    _DEFAULT["cluster"] = cluster
+    _DEFAULT["client"] = Client(cluster, set_as_default=False)
+    atexit.register(close_default)
+    return _DEFAULT["client"]
+
+
 def close_default() -> None:
-    """Close the local cluster daskjoin started (if any)."""
+    """Close the cluster daskjoin started (a local cluster or batch jobs), if any."""
     client = _DEFAULT.pop("client", None)
     cluster = _DEFAULT.pop("cluster", None)
     if client is not None:
         client.close()
     if cluster is not None:
-        cluster.close()
+        try:
+            cluster.close()
+        except Exception as exc:  # noqa: BLE001 - e.g. jobs the batch system refused; nothing left to cancel
+            logger.warning("closing %s: %s: %s", type(cluster).__name__, type(exc).__name__, exc)
+
+
+def configured_address() -> str | None:
+    """The scheduler named by dask config's ``scheduler-address`` (env ``DASK_SCHEDULER_ADDRESS``), if any."""
+    import dask.config
+
+    return dask.config.get("scheduler-address", None) or None
+
+
+def _connect(address: str):
+    """One client per address and process, so repeated joins do not pile up connections."""
+    from distributed import Client
+
+    client = _CONNECTED.get(address)
+    if client is None or client.status not in ("running", "connecting"):
+        client = _CONNECTED[address] = Client(address, set_as_default=False)
+    return client
 
 
 def resolve_client(client=None, *, address: str | None = None):
-    """``client`` if given; else a client of ``address``; else the current client; else a local cluster."""
+    """The client that runs a join, first match wins.
+
+    ``client``; a client of ``address`` or of ``$DASKJOIN_SCHEDULER``; the current client;
+    a client of dask config's ``scheduler-address`` (how the compose notebook finds its
+    scheduler); else a local cluster started on first use.
+    """
     if client is not None:
         return client
-    from distributed import Client, get_client
+    from distributed import get_client
 
     address = address or os.environ.get("DASKJOIN_SCHEDULER")
     if address:
-        return Client(address, set_as_default=False)
+        return _connect(address)
     try:
         return get_client()
     except ValueError:
-        return _start_local()
+        pass
+    configured = configured_address()
+    if configured:
+        return _connect(configured)
+    return _start_local()
 
 
 class ClusterRunner:

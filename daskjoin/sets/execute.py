@@ -11,7 +11,8 @@ from ..execution.progress import wait_all
 from ..execution.task import _freeing_gpu_on_error, _set_threads
 from ..io import parquet_out
 from ..kernels import resolve_backend
-from .local import Flat, join_block
+from . import local
+from .local import Flat
 from .plan import SetBlock, SetPlan
 
 VALUE_COLUMN = ("sim", "float64")
@@ -43,32 +44,38 @@ class SetJob:
     source_a: SetSource
     source_b: SetSource | None
 
-    def run(self, block: SetBlock, count_only: bool):
-        """The block's matches as (i, j, sim) in original ids, or their number."""
+    def _sides(self, block: SetBlock):
         _set_threads()
-        plan = self.plan
-        backend = resolve_backend(plan.backend)
         r, r_ids = self.source_a.read(block.r)
         if block.is_self:
-            s, s_ids = None, r_ids
-        else:
-            s, s_ids = (self.source_a if plan.selfjoin else self.source_b).read(block.s)
-        options = dict(plan.gpu_options)
+            return r, r_ids, None, r_ids
+        s, s_ids = (self.source_a if self.plan.selfjoin else self.source_b).read(block.s)
+        return r, r_ids, s, s_ids
+
+    def _kernel_args(self, block: SetBlock) -> dict:
+        backend = resolve_backend(self.plan.backend)
+        options = dict(self.plan.gpu_options)
         if backend != "gpu":
             options = {k: v for k, v in options.items() if k == "chunk_candidates"}
-        got = join_block(r, s, plan.threshold, algorithm=plan.algorithm, backend=backend, count_only=count_only,
-                         larger_partners=block.larger_partners, options=options)
-        if count_only:
-            return int(got)
-        probe, cand, overlap = got
+        return dict(algorithm=self.plan.algorithm, backend=backend, larger_partners=block.larger_partners,
+                    options=options, group_copies=self.plan.group_copies)
+
+    def count(self, block: SetBlock) -> int:
+        r, _, s, _ = self._sides(block)
+        return int(local.block_count(r, s, self.plan.threshold, **self._kernel_args(block)))
+
+    def batches(self, block: SetBlock):
+        """The block's matches as (i, j, sim) batches in original ids (self-joins: i < j)."""
+        r, r_ids, s, s_ids = self._sides(block)
         sizes_r = r.sizes
         sizes_s = sizes_r if s is None else s.sizes
-        sim = plan.threshold.similarity(overlap, sizes_r[probe], sizes_s[cand])
-        i, j = r_ids[probe], s_ids[cand]
-        if plan.selfjoin:
-            i, j = np.minimum(i, j), np.maximum(i, j)
-        order = np.lexsort((j, i))
-        return i[order], j[order], sim[order]
+        for probe, cand, overlap in local.block_batches(r, s, self.plan.threshold, **self._kernel_args(block)):
+            sim = self.plan.threshold.similarity(overlap, sizes_r[probe], sizes_s[cand])
+            i, j = r_ids[probe], s_ids[cand]
+            if self.plan.selfjoin:
+                i, j = np.minimum(i, j), np.maximum(i, j)
+            order = np.lexsort((j, i))
+            yield i[order], j[order], sim[order]
 
 
 def meta_frame() -> pd.DataFrame:
@@ -77,18 +84,22 @@ def meta_frame() -> pd.DataFrame:
 
 @_freeing_gpu_on_error
 def block_frame(block: SetBlock, job: SetJob) -> pd.DataFrame:
-    i, j, sim = job.run(block, count_only=False)
-    return pd.DataFrame({"i": i, "j": j, "sim": sim}, copy=False)
+    parts = list(job.batches(block))
+    if not parts:
+        return meta_frame()
+    i, j, sim = (np.concatenate(c) for c in zip(*parts))
+    order = np.lexsort((j, i))
+    return pd.DataFrame({"i": i[order], "j": j[order], "sim": sim[order]}, copy=False)
 
 
 @_freeing_gpu_on_error
 def block_count(block: SetBlock, job: SetJob) -> int:
-    return job.run(block, count_only=True)
+    return job.count(block)
 
 
 @_freeing_gpu_on_error
 def block_to_parquet(block: SetBlock, job: SetJob, out_dir: str) -> dict:
-    return parquet_out.write_partition(out_dir, block.index, [job.run(block, count_only=False)], value=VALUE_COLUMN)
+    return parquet_out.write_partition(out_dir, block.index, job.batches(block), value=VALUE_COLUMN)
 
 
 def to_dataframe(job: SetJob):

@@ -51,6 +51,7 @@ class SetPlan:
     unmatchable: int
     budget: int
     gpu_options: tuple = ()
+    group_copies: bool = True
 
     @property
     def ntasks(self) -> int:
