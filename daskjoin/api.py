@@ -73,14 +73,47 @@ def _budget(memory_budget):
     return value
 
 
-def _backend(backend: str, client) -> tuple[str, bool]:
+#: Whether each worker sees a GPU, per (client id, worker addresses): workers do not gain or lose GPUs while alive.
+_GPU_SEEN: dict = {}
+
+
+def _workers(client) -> dict:
+    """Address -> scheduler info of each worker.
+
+    A client of a cluster object (LocalCluster, LocalCUDACluster, jobqueue) reads the worker
+    list that the cluster keeps current; others ask the scheduler (one round trip).
+    """
+    if client is None:
+        return {}
+    known = getattr(getattr(client, "cluster", None), "scheduler_info", None)
+    if isinstance(known, dict) and known.get("workers"):
+        return dict(known["workers"])
+    return client.scheduler_info().get("workers", {})
+
+
+def _gpu_seen(client, workers: dict | None = None) -> dict:
+    """Worker address -> whether CuPy sees a CUDA device there; asked once per set of live workers."""
+    from .kernels.gpu_common import gpu_available
+
+    if client is None:
+        return {"local": gpu_available()}
+    workers = _workers(client) if workers is None else workers
+    seen = _GPU_SEEN.get((client.id, frozenset(workers)))
+    if seen is None:
+        seen = client.run(gpu_available)
+        if len(_GPU_SEEN) >= 64:
+            _GPU_SEEN.clear()
+        # keyed by the workers that answered: a worker that came or went meanwhile means asking again next time
+        _GPU_SEEN[(client.id, frozenset(seen))] = seen
+    return seen
+
+
+def _backend(backend: str, client, workers: dict | None = None) -> tuple[str, bool]:
     """The backend and whether tasks will run on GPUs ('auto' picks per task; 'gpu' needs a GPU worker)."""
     _choice(backend, BACKENDS, "backend")
     if backend == "cpu":
         return backend, False
-    from .kernels.gpu_common import gpu_available
-
-    seen = client.run(gpu_available) if client is not None else {"local": gpu_available()}
+    seen = _gpu_seen(client, workers)
     if backend == "gpu":
         if not any(seen.values()):
             raise InputError(
@@ -109,7 +142,7 @@ def check_join_inputs(a, b=None, *, eps, method: str = "auto", partitioning: str
     return eps, src_a, src_b, budget
 
 
-def _auto_budget(client) -> int:
+def _auto_budget(client, workers: dict | None = None) -> int:
     """A quarter of the smallest worker memory per task thread, within [256 MiB, 16 GiB].
 
     Workers without a memory limit count the client host's memory (a local cluster).
@@ -117,11 +150,20 @@ def _auto_budget(client) -> int:
     import psutil
 
     per_thread = []
-    for info in client.scheduler_info().get("workers", {}).values():
+    for info in (_workers(client) if workers is None else workers).values():
         limit = info.get("memory_limit") or psutil.virtual_memory().total
         per_thread.append(limit / max(1, info.get("nthreads", 1)))
     share = min(per_thread) if per_thread else psutil.virtual_memory().total
     return int(min(16 << 30, max(256 << 20, share / 4)))
+
+
+_WITH_OPTIONS: dict = {}  # (id(plan), gpu options) -> (plan, plan with those options)
+
+
+def _cluster_id(client) -> str | None:
+    """The scheduler a plan is made for (part of the in-process plan cache key)."""
+    scheduler = getattr(client, "scheduler", None)
+    return getattr(scheduler, "address", None)
 
 
 def _gpu_options(options, method: str) -> tuple:
@@ -136,14 +178,21 @@ def _gpu_options(options, method: str) -> tuple:
 
 def _plan(checked, *, method, partitioning, backend, client, gpu_options=None) -> Plan:
     eps, src_a, src_b, budget = checked
+    workers = _workers(client) if budget == "auto" or backend != "cpu" else None
     if budget == "auto":
-        budget = _auto_budget(client)
-    resolved_backend, on_gpu = _backend(backend, client)
+        budget = _auto_budget(client, workers)
+    resolved_backend, on_gpu = _backend(backend, client, workers)
     plan = make_plan(src_a, src_b, eps, method=method, partitioning=partitioning, backend=resolved_backend,
-                     memory_budget=budget, runner=ClusterRunner(client), gpu=on_gpu)
+                     memory_budget=budget, runner=ClusterRunner(client), gpu=on_gpu, cluster=_cluster_id(client))
     if gpu_options:
         options = _gpu_options(gpu_options, plan.method)
-        plan = Plan(**{**plan.__dict__, "gpu_options": options})
+        key = (id(plan), options)
+        hit = _WITH_OPTIONS.get(key)
+        if hit is None or hit[0] is not plan:  # the same cached plan gets the same derived plan (and graph)
+            if len(_WITH_OPTIONS) >= 16:
+                _WITH_OPTIONS.clear()
+            hit = _WITH_OPTIONS[key] = (plan, Plan(**{**plan.__dict__, "gpu_options": options}))
+        plan = hit[1]
     return plan
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .. import config
-from ..kernels import get_kernel, resolve_backend
+from ..kernels import get_kernel, host_allocator, resolve_backend
 from ..planning.plan import Partition, Plan
 from ..planning.sorted_copy import SortedCopy
 
@@ -27,11 +27,22 @@ class JoinJob:
     backend: str
     with_distance: bool
     gpu_options: tuple = ()
+    inputs_token: str = ""  # fingerprint of Zarr inputs: changed data, new task keys
 
     @classmethod
     def from_plan(cls, plan: Plan, with_distance: bool = True) -> "JoinJob":
         return cls(plan.reader_a, plan.reader_b, plan.selfjoin, plan.eps, plan.method, plan.backend, with_distance,
-                   plan.gpu_options)
+                   plan.gpu_options, plan.inputs_token)
+
+    def in_memory_bytes(self) -> int:
+        """Bytes of array data the job carries (in-memory inputs, sorted-copy ids and key index)."""
+        total = 0
+        for reader in (self.reader_a, self.reader_b):
+            for obj in (reader, getattr(reader, "points", None)):
+                for name in ("data", "ids", "key_index"):
+                    arr = getattr(obj, name, None)
+                    total += getattr(arr, "nbytes", 0) if arr is not None else 0
+        return int(total)
 
     def kernel(self):
         """This worker's kernel: 'auto' resolved here; GPU tuning options only where it runs on a GPU."""
@@ -46,12 +57,15 @@ def meta_frame(with_distance: bool = True) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
-def _read(reader, rows: tuple[int, int]):
-    """The rows' points and their original ids: an id array (sorted copies) or the first row's id."""
+def _read(reader, rows: tuple[int, int], empty=None):
+    """The rows' points and their original ids: an id array (sorted copies) or the first row's id.
+
+    ``empty(shape, dtype)`` allocates the points read from Zarr (pinned memory for a GPU kernel).
+    """
     start, stop = rows
     if isinstance(reader, SortedCopy):
-        return reader.read(start, stop)
-    return reader.read(start, stop), start
+        return reader.read(start, stop, empty)
+    return reader.read(start, stop, empty), start
 
 
 def _to_original(local: np.ndarray, ids) -> np.ndarray:
@@ -84,9 +98,11 @@ class _Sides:
 
     def __init__(self, job: JoinJob, part: Partition):
         self.job, self.part = job, part
-        self.pa, self.ia = _read(job.reader_a, part.a)
+        self.kernel = job.kernel()
+        empty = host_allocator(self.kernel.backend)
+        self.pa, self.ia = _read(job.reader_a, part.a, empty)
         if part.b is not None:
-            self.pb, self.ib = _read(job.reader_b if job.reader_b is not None else job.reader_a, part.b)
+            self.pb, self.ib = _read(job.reader_b if job.reader_b is not None else job.reader_a, part.b, empty)
 
     def _globalize(self, li, lj, dist, cross: bool):
         ids_b = self.ib if cross else self.ia
@@ -99,7 +115,7 @@ class _Sides:
 
     def batches(self, max_pairs: int | None):
         """(i, j, dist) arrays in global ids; bounded batches when ``max_pairs`` is given."""
-        kernel = self.job.kernel()
+        kernel = self.kernel
         eps, wd = self.job.eps, self.job.with_distance
         if self.part.self_part:
             if max_pairs is None:
@@ -115,7 +131,7 @@ class _Sides:
                     yield self._globalize(*got, cross=True)
 
     def count(self) -> int:
-        kernel = self.job.kernel()
+        kernel = self.kernel
         total = kernel.self_count(self.pa, self.job.eps) if self.part.self_part else 0
         if self.part.b is not None:
             total += kernel.cross_count(self.pa, self.pb, self.job.eps)

@@ -91,6 +91,19 @@ def resolve_backend(backend: str) -> str:
     return "gpu" if gpu_available() else "cpu"
 
 
+def host_allocator(backend: str):
+    """How a task allocates the rows it reads for a kernel on ``backend``: ``empty(shape, dtype)``, or None (numpy).
+
+    A GPU kernel gets pinned host memory, which CuPy copies to the device directly instead
+    of staging it through a pinned buffer first (one host copy fewer per task).
+    """
+    if backend != "gpu":
+        return None
+    from .gpu_common import pinned_empty
+
+    return pinned_empty
+
+
 def get_kernel(method: str, backend: str = "cpu", **options) -> Kernel:
     """The kernel of ``method`` ("grid" or "brute") on ``backend`` ("cpu", "gpu" or "auto")."""
     if method not in METHODS:

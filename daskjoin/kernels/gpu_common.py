@@ -67,6 +67,33 @@ def to_host(*arrays):
     return tuple(out)
 
 
+#: Reads larger than this go to pageable memory (pinning very large buffers costs more than it saves).
+PINNED_READ_LIMIT = 4 << 30
+
+
+def _pinned_size(nbytes: int) -> int:
+    """``nbytes`` rounded up to one of 8 sizes per power of two, so CuPy's pinned pool reuses blocks across tasks."""
+    step = max(512, 1 << max(0, nbytes.bit_length() - 4))
+    return -(-nbytes // step) * step
+
+
+def pinned_empty(shape, dtype) -> np.ndarray:
+    """An uninitialised numpy array in pinned host memory from CuPy's pool (numpy.empty where that fails).
+
+    The memory goes back to the pool when the array (and any transfer CuPy still runs from it) is done.
+    """
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    nbytes = count * dtype.itemsize
+    if nbytes == 0 or nbytes > PINNED_READ_LIMIT:
+        return np.empty(shape, dtype)
+    try:
+        mem = cupy().cuda.alloc_pinned_memory(_pinned_size(nbytes))
+    except Exception:  # noqa: BLE001 - no CUDA, or pinned memory exhausted: pageable memory works too
+        return np.empty(shape, dtype)
+    return np.frombuffer(mem, dtype, count).reshape(shape)
+
+
 def free_device_memory() -> None:
     """Give cached device blocks back (after an error, or between large tasks)."""
     try:

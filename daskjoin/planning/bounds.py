@@ -94,24 +94,38 @@ def _local_mapper(func, items):
     return [func(item) for item in items]
 
 
-def block_stats(source: Source, mapper: Mapper | None = None) -> BlockStats:
-    """Statistics of ``source``: computed with ``mapper`` (e.g. on a cluster), cached for Zarr inputs."""
+_LOADED: dict = {}  # stats file -> BlockStats (the file name holds the input's fingerprint)
+
+
+def block_stats(source: Source, mapper: Mapper | None = None, fingerprint: str | None = None) -> BlockStats:
+    """Statistics of ``source``: computed with ``mapper`` (e.g. on a cluster), cached for Zarr inputs.
+
+    Zarr statistics are cached on disk beside the input (keyed by its ``fingerprint``, computed
+    here when not given) and kept in this process, so a repeated join neither reads nor loads them.
+    """
     if isinstance(source, MemorySource) or mapper is None:
         return _compute(source, _local_mapper)
-    path = os.path.join(cache.cache_dir(source), f"stats-{cache.fingerprint(source)}.npz")
+    path = os.path.join(cache.cache_dir(source), f"stats-{fingerprint or cache.fingerprint(source)}.npz")
+    stats = _LOADED.get(path)
+    if stats is not None and os.path.exists(path):
+        return stats
     if os.path.exists(path):
         with np.load(path) as f:
-            return BlockStats(
+            stats = BlockStats(
                 starts=f["starts"], lo=f["lo"], hi=f["hi"], first_bad=int(f["first_bad"]),
                 sample=f["sample"], sample_rows=f["sample_rows"],
             )
-    stats = _compute(source, mapper)
-    tmp = f"{path}.tmp-{os.getpid()}.npz"
-    np.savez(
-        tmp, starts=stats.starts, lo=stats.lo, hi=stats.hi, first_bad=stats.first_bad,
-        sample=stats.sample, sample_rows=stats.sample_rows,
-    )
-    os.replace(tmp, path)
+    else:
+        stats = _compute(source, mapper)
+        tmp = f"{path}.tmp-{os.getpid()}.npz"
+        np.savez(
+            tmp, starts=stats.starts, lo=stats.lo, hi=stats.hi, first_bad=stats.first_bad,
+            sample=stats.sample, sample_rows=stats.sample_rows,
+        )
+        os.replace(tmp, path)
+    if len(_LOADED) >= 32:
+        _LOADED.clear()
+    _LOADED[path] = stats
     return stats
 
 

@@ -4,28 +4,94 @@ A Zarr input at ``/data/x.zarr`` caches beside itself in ``/data/x.zarr.daskjoin
 (or under ``daskjoin.cache-dir``).  Keys include a fingerprint of the array's
 shape, chunking and chunk files (names, sizes, modification times), so a
 changed array is never served stale statistics or a stale sorted copy.
+
+Within a process, :func:`state_token` tells cheaply whether an array is still
+what it was: its metadata file and one ``stat`` of each chunk file at its known
+path (no directory listing, no data).  A chunk rewritten in place or replaced,
+or the array re-created, changes it.  The walk behind :func:`fingerprint` runs
+only for a state not seen before.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 
+import numpy as np
+
 from .. import config
-from ..io.zarr_in import ZarrSource
+from ..io.zarr_in import ZarrSource, chunk_files, metadata_token
+
+_FINGERPRINTS: dict = {}  # state token -> fingerprint
+
+
+def state_token(source: ZarrSource) -> tuple | None:
+    """What identifies the array's current contents, from ``stat`` calls only; None where its chunk files are unknown."""
+    files = chunk_files(source)
+    meta = metadata_token(source.label)
+    if files is None or meta is None:
+        return None
+    stats = np.full((len(files), 4), -1, np.int64)
+    stat = os.stat
+    for k, path in enumerate(files):
+        try:
+            st = stat(path)
+        except FileNotFoundError:  # a chunk never written (fill value)
+            continue
+        stats[k] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    chunks = hashlib.sha1(stats.tobytes()).hexdigest()
+    return (source.store_path, source.array_path, source.shape, source.dtype, source.chunk_rows, meta, chunks)
 
 
 def fingerprint(source: ZarrSource) -> str:
+    """The array's cache key (see :func:`full_fingerprint`), looked up by its :func:`state_token` when seen before."""
+    token = state_token(source)
+    value = None if token is None else _FINGERPRINTS.get(token)
+    if value is not None:
+        return value
+    value = full_fingerprint(source)
+    if token is not None:
+        if len(_FINGERPRINTS) >= 256:
+            _FINGERPRINTS.clear()
+        _FINGERPRINTS[token] = value
+    return value
+
+
+def full_fingerprint(source: ZarrSource) -> str:
+    """A digest of the array's shape, dtype, chunking and chunk files (names, sizes, modification times).
+
+    Only metadata is read (one ``stat`` per chunk file, no data); a chunk rewritten in place,
+    an array re-created at the same path, or a file added or removed gives a new digest.
+    """
     digest = hashlib.sha1()
     digest.update(repr((source.store_path, source.array_path, source.shape, source.dtype, source.chunk_rows)).encode())
-    root = os.path.join(source.store_path, source.array_path)
-    for folder, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in sorted(files):
-            if name == "zarr.json" or name.startswith("."):
-                continue
-            stat = os.stat(os.path.join(folder, name))
-            digest.update(f"{os.path.relpath(os.path.join(folder, name), root)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    _digest_files(digest, os.path.join(source.store_path, source.array_path), "")
     return digest.hexdigest()[:16]
+
+
+def _digest_files(digest, folder: str, prefix: str) -> None:
+    """Files of ``folder`` (sorted), then its sub-folders (sorted, recursively): the order of ``os.walk``."""
+    try:
+        with os.scandir(folder) as it:
+            entries = list(it)
+    except OSError:
+        return
+    files, dirs = [], []
+    for entry in entries:
+        try:
+            is_dir = entry.is_dir()
+        except OSError:
+            is_dir = False
+        (dirs if is_dir else files).append(entry)
+    parts = []
+    for entry in sorted(files, key=lambda e: e.name):
+        if entry.name == "zarr.json" or entry.name.startswith("."):
+            continue
+        stat = entry.stat()
+        parts.append(f"{prefix}{entry.name}:{stat.st_size}:{stat.st_mtime_ns};")
+    digest.update("".join(parts).encode())
+    for entry in sorted(dirs, key=lambda e: e.name):
+        if not entry.is_symlink():
+            _digest_files(digest, entry.path, f"{prefix}{entry.name}{os.sep}")
 
 
 def cache_dir(source: ZarrSource) -> str:

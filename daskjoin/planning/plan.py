@@ -55,6 +55,7 @@ class Plan:
     memory_budget: int
     notes: tuple[str, ...] = ()
     gpu_options: tuple = ()  # (name, value) pairs for the GPU driver of the method
+    inputs_token: str = field(default="", repr=False)  # fingerprint of Zarr inputs, part of the tasks' keys
 
     @property
     def ntasks(self) -> int:

@@ -1,11 +1,22 @@
-"""Turn inputs and options into a :class:`~.plan.Plan` (statistics, estimate, method, partitions)."""
+"""Turn inputs and options into a :class:`~.plan.Plan` (statistics, estimate, method, partitions).
+
+Plans of Zarr inputs are kept in this process: a repeated join of unchanged inputs
+(same :func:`~.cache.state_token`) with the same options, budget and cluster gets the
+same plan back without touching statistics, sample or sorted copies.  Estimates are
+kept the same way per (inputs, eps), so plans that differ only in budget or
+partitioning share one.
+"""
 from __future__ import annotations
 
+import hashlib
 import os
+import threading
+from collections import OrderedDict
 
 import numpy as np
 
-from ..io.zarr_in import MemorySource, Source
+from .. import config
+from ..io.zarr_in import MemorySource, Source, ZarrSource
 from ..validation import InputError, raise_nonfinite
 from . import cache, cost
 from .bounds import block_stats
@@ -16,32 +27,128 @@ from .slabs import plan_slabs, slab_rows_for, split_dimension
 from .sorted_copy import SortedCopy, open_sorted, sort_in_memory
 
 PARTITIONINGS = ("auto", "chunk_pairs", "slabs")
+PLAN_CACHE_SIZE = 64
+_PLANS: OrderedDict = OrderedDict()  # key -> Plan, least recently used first
+_ESTIMATES: OrderedDict = OrderedDict()  # (fingerprints, sizes, eps, sample rows) -> Estimate
 
 
-def _sorted(source: Source, dim: int, stats, runner, budget: int) -> tuple[SortedCopy, str]:
+_LOCK = threading.Lock()
+
+
+def _recall(store: OrderedDict, key):
+    with _LOCK:
+        value = store.get(key)
+        if value is not None:
+            store.move_to_end(key)
+        return value
+
+
+def _remember(store: OrderedDict, key, value):
+    with _LOCK:
+        store[key] = value
+        store.move_to_end(key)
+        while len(store) > PLAN_CACHE_SIZE:
+            store.popitem(last=False)
+    return value
+
+
+def clear_caches() -> None:
+    """Forget the plans and estimates kept in this process (the on-disk caches stay)."""
+    with _LOCK:
+        _PLANS.clear()
+        _ESTIMATES.clear()
+
+
+def _input_token(source: Source | None):
+    """A cheap token of a Zarr input's current contents; None for in-memory inputs (never cached)."""
+    if source is None:
+        return ()
+    if isinstance(source, ZarrSource):
+        return cache.state_token(source)
+    return None
+
+
+def _plan_key(a: Source, b: Source | None, eps: float, options: tuple):
+    token_a, token_b = _input_token(a), _input_token(b)
+    if token_a is None or token_b is None:
+        return None
+    return (token_a, token_b, eps, options, config.get("sample-rows"), config.get("cache-dir"))
+
+
+def _still_there(plan: Plan) -> bool:
+    """The sorted copies a cached plan reads from still exist (someone may have cleared the cache directory)."""
+    for reader in (plan.reader_a, plan.reader_b):
+        if isinstance(reader, SortedCopy) and reader.group_path is not None:
+            if not os.path.exists(os.path.join(reader.group_path, "key_index", "zarr.json")):
+                return False
+    return True
+
+
+def _reused(plan: Plan) -> Plan:
+    """A cached plan as a repeat sees it: sorted copies it built are now reused."""
+    notes = tuple(note.replace("sorted copy built at", "sorted copy reused from") for note in plan.notes)
+    return plan if notes == plan.notes else Plan(**{**plan.__dict__, "notes": notes})
+
+
+def _estimate(stats_a, n_a: int, eps: float, stats_b, n_b: int, fingerprints: tuple | None):
+    key = None if fingerprints is None else (fingerprints, n_a, n_b, eps, config.get("sample-rows"))
+    hit = None if key is None else _recall(_ESTIMATES, key)
+    if hit is not None:
+        return hit
+    est = estimate_pairs(stats_a.sample, n_a, eps, None if stats_b is None else stats_b.sample,
+                         None if stats_b is None else n_b)
+    return est if key is None else _remember(_ESTIMATES, key, est)
+
+
+def _sorted(source: Source, dim: int, stats, runner, budget: int, fingerprint: str | None) -> tuple[SortedCopy, str]:
     if isinstance(source, MemorySource):
         return sort_in_memory(source, dim), "sorted in memory"
-    path = os.path.join(cache.cache_dir(source), f"sorted-dim{dim}-{cache.fingerprint(source)}.zarr")
+    path = os.path.join(cache.cache_dir(source), f"sorted-dim{dim}-{fingerprint or cache.fingerprint(source)}.zarr")
     if os.path.exists(os.path.join(path, "key_index", "zarr.json")):
         return open_sorted(path, dim), f"sorted copy reused from {path}"
     return runner.sort(source, dim, stats, path, bucket_bytes=max(1, budget // 4)), f"sorted copy built at {path}"
 
 
+def _inputs_token(fp_a: str | None, fp_b: str | None) -> str:
+    """Part of the tasks' keys: a changed input gives new keys (in-memory inputs are hashed by Dask itself)."""
+    if fp_a is None:
+        return ""
+    return hashlib.sha1(f"{fp_a}:{fp_b}".encode()).hexdigest()[:16]
+
+
 def make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitioning: str, backend: str,
-              memory_budget: int, runner, gpu: bool = False, gpu_options: tuple = ()) -> Plan:
-    """Plan a join: one statistics pass per input (cached for Zarr), a sampled estimate, partitions."""
+              memory_budget: int, runner, gpu: bool = False, gpu_options: tuple = (), cluster=None) -> Plan:
+    """Plan a join: one statistics pass per input (cached for Zarr), a sampled estimate, partitions.
+
+    ``cluster`` identifies the cluster the plan is for (part of the in-process cache key).
+    """
     if partitioning not in PARTITIONINGS:
         raise InputError(f"partitioning must be one of {PARTITIONINGS}, got {partitioning!r}")
-    stats_a = block_stats(a, runner.map)
+    options = (method, partitioning, backend, int(memory_budget), bool(gpu), tuple(gpu_options), cluster)
+    key = _plan_key(a, b, eps, options)
+    hit = None if key is None else _recall(_PLANS, key)
+    if hit is not None and _still_there(hit):
+        return _remember(_PLANS, key, _reused(hit))
+    plan = _make_plan(a, b, eps, method=method, partitioning=partitioning, backend=backend,
+                      memory_budget=memory_budget, runner=runner, gpu=gpu, gpu_options=gpu_options)
+    return plan if key is None else _remember(_PLANS, key, plan)
+
+
+def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitioning: str, backend: str,
+               memory_budget: int, runner, gpu: bool, gpu_options: tuple) -> Plan:
+    zarr_inputs = isinstance(a, ZarrSource) and (b is None or isinstance(b, ZarrSource))
+    fp_a = cache.fingerprint(a) if zarr_inputs else None
+    fp_b = cache.fingerprint(b) if zarr_inputs and b is not None else None
+    stats_a = block_stats(a, runner.map, fp_a)
     if stats_a.first_bad >= 0:
         raise_nonfinite(f"A ({a.label})", stats_a.first_bad)
     stats_b = None
     if b is not None:
-        stats_b = block_stats(b, runner.map)
+        stats_b = block_stats(b, runner.map, fp_b)
         if stats_b.first_bad >= 0:
             raise_nonfinite(f"B ({b.label})", stats_b.first_bad)
     n_a, n_b = a.n, (a.n if b is None else b.n)
-    est = estimate_pairs(stats_a.sample, n_a, eps, None if b is None else stats_b.sample, None if b is None else n_b)
+    est = _estimate(stats_a, n_a, eps, stats_b, n_b, (fp_a, fp_b) if zarr_inputs else None)
     chosen_method, method_reason = cost.choose_method(method, a.d, gpu=gpu)
     total_rows = n_a + (0 if b is None else n_b)
     fits = total_rows * row_bytes(a.d, 8) + est.upper * PAIR_BYTES <= memory_budget
@@ -54,10 +161,10 @@ def make_plan(a: Source, b: Source | None, eps: float, *, method: str, partition
         lo = stats_a.lo_all if b is None else np.minimum(stats_a.lo_all, stats_b.lo_all)
         hi = stats_a.hi_all if b is None else np.maximum(stats_a.hi_all, stats_b.hi_all)
         dim = split_dimension(lo, hi)
-        reader_a, note = _sorted(a, dim, stats_a, runner, memory_budget)
+        reader_a, note = _sorted(a, dim, stats_a, runner, memory_budget, fp_a)
         notes.append(f"A {note}")
         if b is not None:
-            reader_b, note = _sorted(b, dim, stats_b, runner, memory_budget)
+            reader_b, note = _sorted(b, dim, stats_b, runner, memory_budget, fp_b)
             notes.append(f"B {note}")
         slab_rows = slab_rows_for(memory_budget, n_a, n_b, a.d, est.upper)
         parts = plan_slabs(reader_a, reader_b, eps, slab_rows, est.upper)
@@ -69,6 +176,7 @@ def make_plan(a: Source, b: Source | None, eps: float, *, method: str, partition
         partitioning=chosen, partitioning_reason=reason, backend=backend, a=a, b=b,
         reader_a=reader_a, reader_b=reader_b, partitions=parts, estimate=est,
         memory_budget=memory_budget, notes=tuple(notes), gpu_options=gpu_options,
+        inputs_token=_inputs_token(fp_a, fp_b),
     )
     worst = max(plan.task_memory(p) for p in parts)
     if worst > memory_budget:

@@ -32,9 +32,9 @@ class SortedCopy:
     def n(self) -> int:
         return self.points.n
 
-    def read(self, start: int, stop: int):
-        """Rows [start, stop) of the sorted points and their original ids."""
-        pts = self.points.read(start, stop)
+    def read(self, start: int, stop: int, empty=None):
+        """Rows [start, stop) of the sorted points and their original ids (``empty``: see ``ZarrSource.read``)."""
+        pts = self.points.read(start, stop, empty)
         if self.ids is not None:
             return pts, self.ids[start:stop]
         arr = _open_cached(self.group_path, "ids", ((self.n,), "int64"))

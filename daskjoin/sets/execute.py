@@ -126,6 +126,6 @@ def write_parquet(job: SetJob, client, out: str, *, progress: bool = False) -> d
     futures = _submit(client, block_to_parquet, job, out_dir=out)
     entries = wait_all(client, futures, progress=progress, desc="joining")
     t = job.plan.threshold
-    extra = {"measure": t.measure, "threshold": [t.p, t.q], "algorithm": job.plan.algorithm,
+    extra = {"measure": t.measure, "threshold": str(t.exact), "algorithm": job.plan.algorithm,
              "selfjoin": job.plan.selfjoin, "seconds": round(time.perf_counter() - start, 3)}
     return parquet_out.write_manifest(out, entries, extra)

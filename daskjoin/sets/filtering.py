@@ -70,8 +70,13 @@ def _first_at_least(post_set, lo, hi, s_sizes, min_size):
 
 
 @njit(cache=True)
-def _probe(r, r_tokens, r_offsets, s_sizes, starts, post_set, post_pos, selfjoin, ppjoin, code, p, q, count, touched):
-    """Score one probe set against the index; returns how many sets it touched (kept ones have count > 0)."""
+def _probe(r, r_tokens, r_offsets, s_sizes, starts, post_set, post_pos, selfjoin, ppjoin, code, p, q, count, touched,
+           need):
+    """Score one probe set against the index; returns how many sets it touched (kept ones have count > 0).
+
+    ``need[m]`` is filled with the required overlap for partners of size m (the
+    positional filter asks for it at every posting; sizes repeat, so once per size).
+    """
     base = r_offsets[r]
     nr = r_offsets[r + 1] - base
     n_touched = 0
@@ -79,7 +84,10 @@ def _probe(r, r_tokens, r_offsets, s_sizes, starts, post_set, post_pos, selfjoin
     if pref <= 0:
         return 0
     lo_size = min_partner(nr, code, p, q)
-    hi_size = max_partner(nr, code, p, q)
+    hi_size = min(max_partner(nr, code, p, q), len(need) - 1)
+    if ppjoin:
+        for m in range(lo_size, hi_size + 1):
+            need[m] = required_overlap(nr, m, code, p, q)
     for i in range(pref):
         w = r_tokens[base + i]
         k = _first_at_least(post_set, starts[w], starts[w + 1], s_sizes, lo_size)
@@ -98,7 +106,7 @@ def _probe(r, r_tokens, r_offsets, s_sizes, starts, post_set, post_pos, selfjoin
                 n_touched += 1
             if ppjoin:
                 rest = min(nr - i - 1, ns - post_pos[k] - 1)
-                if seen + 1 + rest >= required_overlap(nr, ns, code, p, q):
+                if seen + 1 + rest >= need[ns]:
                     count[s] = seen + 1
                 else:
                     count[s] = PRUNED
@@ -109,13 +117,14 @@ def _probe(r, r_tokens, r_offsets, s_sizes, starts, post_set, post_pos, selfjoin
 
 @njit(cache=True, parallel=True)
 def filter_window(r_tokens, r_offsets, s_sizes, starts, post_set, post_pos, selfjoin, ppjoin, code, p, q,
-                  range_lo, range_hi, count, touched, probes, group_end, cands, region):
+                  range_lo, range_hi, count, touched, need, probes, group_end, cands, region):
     """Filter the probe ranges [range_lo[t], range_hi[t]) in parallel, one region of the buffers each.
 
     Thread t writes probe ids to ``probes[t]``, group ends to ``group_end[t]`` and
     candidates to ``cands[t]`` (``region`` slots), stopping before a probe whose
     candidates do not fit.  Returns, per thread, (probes done, candidates written);
-    ``range_lo`` is advanced past the probes done.
+    ``range_lo`` is advanced past the probes done.  ``need`` is per-thread scratch
+    of (largest size in s) + 1 entries.
     """
     n_threads = len(range_lo)
     done = np.zeros((n_threads, 2), np.int64)
@@ -125,7 +134,7 @@ def filter_window(r_tokens, r_offsets, s_sizes, starts, post_set, post_pos, self
         r = range_lo[t]
         while r < range_hi[t]:
             n_touched = _probe(r, r_tokens, r_offsets, s_sizes, starts, post_set, post_pos, selfjoin, ppjoin,
-                               code, p, q, count[t], touched[t])
+                               code, p, q, count[t], touched[t], need[t])
             kept = 0
             for k in range(n_touched):
                 if count[t, touched[t, k]] > 0:

@@ -91,6 +91,7 @@ def candidate_chunks(r: Flat, s: Flat | None, threshold: Threshold, algorithm: s
     region = max(chunk // n_threads, len(s), 1)
     count = np.zeros((n_threads, len(s)), np.int32)
     touched = np.zeros((n_threads, len(s)), np.int32)
+    need = np.zeros((n_threads, int(s.sizes.max(initial=0)) + 1), np.int64)
     cands = np.empty((n_threads, region), np.int32)
     probes = np.empty((n_threads, _MAX_WINDOW), np.int32)
     group_end = np.empty((n_threads, _MAX_WINDOW), np.int64)
@@ -100,7 +101,7 @@ def candidate_chunks(r: Flat, s: Flat | None, threshold: Threshold, algorithm: s
     while windows.refill():
         before = windows.hi - windows.lo
         done = filter_window(r.tokens, r.offsets, s_sizes, starts, post_set, post_pos, selfjoin,
-                             algorithm == "ppjoin", code, p, q, windows.lo, windows.hi, count, touched,
+                             algorithm == "ppjoin", code, p, q, windows.lo, windows.hi, count, touched, need,
                              probes, group_end, cands, region)
         for t in range(n_threads):
             n_groups, n_cands = int(done[t, 0]), int(done[t, 1])

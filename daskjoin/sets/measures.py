@@ -1,13 +1,16 @@
 """Set-similarity measures as exact integer overlap bounds.
 
-Every normalised threshold becomes a rational ``p/q`` (the decimal the float
-prints as: 0.8 -> 4/5), and every decision "sim(r, s) >= t" is made on
-integers, so pairs exactly on the threshold are decided the same way on every
-backend.  The Numba functions below are the single source of truth; the CUDA
-verifier (``kernels/cuda/setverify.cu``) mirrors ``meets``.
-
-Sizes are bounded by 2**31 and ``q`` by 2**30, so the jaccard/dice/overlap
-products fit int64; cosine squares both sides and compares 128-bit products.
+A threshold float is read as the decimal it prints as (``Fraction(str(t))``:
+0.8 is 4/5).  Every decision "sim(r, s) >= t" compares two rationals: the
+measure's value, whose denominator is bounded by the set sizes (< 2**31), and
+the threshold.  So ``t`` may be replaced by the smallest fraction >= t whose
+denominator stays within that bound, without changing any decision; the
+products then fit 128 bits.  For jaccard and dice the values have denominators
+<= 2**32 and the stored rational is t itself (or its replacement); for cosine
+the comparison is o**2 / (|r||s|) >= t**2 with denominators <= 2**62, so the
+stored rational stands for t**2.  The Numba functions below are the single
+source of truth; the CUDA verifier (``kernels/cuda/setverify.cu``) mirrors
+``meets``.
 """
 from __future__ import annotations
 
@@ -22,17 +25,20 @@ from ..validation import InputError
 
 MEASURES = ("jaccard", "cosine", "dice", "overlap")
 JACCARD, COSINE, DICE, OVERLAP = range(4)
-MAX_DENOMINATOR = 1 << 30
+MAX_SET_SIZE = (1 << 31) - 1
 NO_LIMIT = np.int64(1 << 62)
+#: largest denominator of a measure's value: jaccard/dice o/(sizes), cosine o**2/(|r||s|)
+_VALUE_DENOMINATOR = {"jaccard": 1 << 32, "dice": 1 << 32, "cosine": 1 << 62}
 
 
 @dataclass(frozen=True)
 class Threshold:
-    """A measure and its threshold as the exact rational ``p / q``."""
+    """A measure, its threshold as given (exactly), and the rational ``p / q`` the kernels decide with."""
 
     measure: str
     p: int
     q: int
+    exact: Fraction = Fraction(0)
 
     @property
     def code(self) -> int:
@@ -40,7 +46,7 @@ class Threshold:
 
     @property
     def value(self) -> float:
-        return self.p / self.q
+        return float(self.exact)
 
     def args(self) -> tuple:
         """What the Numba functions take: (measure code, p, q)."""
@@ -60,25 +66,42 @@ class Threshold:
         return o
 
 
+def smallest_fraction_at_least(t: Fraction, max_denominator: int) -> Fraction:
+    """The least fraction >= t with denominator <= max_denominator (t's upper Farey neighbour)."""
+    if t.denominator <= max_denominator:
+        return t
+    p0, q0, p1, q1 = 0, 1, 1, 0
+    n, d = t.numerator, t.denominator
+    while True:
+        a = n // d
+        q2 = q0 + a * q1
+        if q2 > max_denominator:
+            break
+        p0, q0, p1, q1 = p1, q1, p0 + a * p1, q2
+        n, d = d, n - a * d
+    k = (max_denominator - q0) // q1
+    below_or_above = (Fraction(p0 + k * p1, q0 + k * q1), Fraction(p1, q1))
+    return min(f for f in below_or_above if f >= t)
+
+
 def parse_threshold(measure: str, threshold) -> Threshold:
     """Validate ``measure`` and ``threshold``; raises :class:`InputError` with the reason."""
     if measure not in MEASURES:
         raise InputError(f"measure must be one of {MEASURES}, got {measure!r}")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float, Fraction, np.integer, np.floating)):
         raise InputError(f"threshold must be a number, got {threshold!r}")
+    if not math.isfinite(float(threshold)):
+        raise InputError(f"the {measure} threshold must be a finite number, got {threshold!r}")
     if measure == "overlap":
-        if float(threshold) != math.floor(float(threshold)) or threshold < 1 or threshold >= 1 << 31:
+        if float(threshold) != math.floor(float(threshold)) or not 1 <= threshold <= MAX_SET_SIZE:
             raise InputError(f"the overlap threshold is a number of shared tokens: a positive integer, got {threshold!r}")
-        return Threshold(measure, int(threshold), 1)
-    if not math.isfinite(float(threshold)) or not 0 < threshold <= 1:
+        return Threshold(measure, int(threshold), 1, Fraction(int(threshold)))
+    if not 0 < threshold <= 1:
         raise InputError(f"the {measure} threshold must be in (0, 1], got {threshold!r}")
     exact = threshold if isinstance(threshold, Fraction) else Fraction(str(float(threshold)))
-    if exact.denominator > MAX_DENOMINATOR:
-        raise InputError(
-            f"threshold {threshold!r} has too many decimal digits to be decided exactly "
-            f"(denominator {exact.denominator} > 2**30); round it to 9 significant digits"
-        )
-    return Threshold(measure, exact.numerator, exact.denominator)
+    target = exact * exact if measure == "cosine" else exact
+    decide = smallest_fraction_at_least(target, _VALUE_DENOMINATOR[measure])
+    return Threshold(measure, decide.numerator, decide.denominator, exact)
 
 
 @njit(cache=True, inline="always")
@@ -95,21 +118,26 @@ def _mul128(a, b):
     return high, low
 
 
+@njit(cache=True, inline="always")
+def _at_least(a, b, c, d):
+    """a * b >= c * d for non-negative integers below 2**64, exactly."""
+    lh, ll = _mul128(np.uint64(a), np.uint64(b))
+    rh, rl = _mul128(np.uint64(c), np.uint64(d))
+    return lh > rh or (lh == rh and ll >= rl)
+
+
 @njit(cache=True)
 def meets(o, nr, ns, code, p, q):
     """Exactly: do sets of sizes nr, ns sharing o tokens reach the threshold? (o >= 1 required)."""
     if o < 1 or nr < 1 or ns < 1:
         return False
     if code == JACCARD:
-        return o * (p + q) >= p * (nr + ns)
+        return _at_least(o, q, p, nr + ns - o)
     if code == DICE:
-        return 2 * o * q >= p * (nr + ns)
+        return _at_least(2 * o, q, p, nr + ns)
     if code == OVERLAP:
         return o >= p
-    oq = np.uint64(o * q)
-    lh_hi, lh_lo = _mul128(oq, oq)
-    rh_hi, rh_lo = _mul128(np.uint64(p * p), np.uint64(nr * ns))
-    return lh_hi > rh_hi or (lh_hi == rh_hi and lh_lo >= rh_lo)
+    return _at_least(o * o, q, p, nr * ns)
 
 
 @njit(cache=True)
@@ -117,12 +145,13 @@ def required_overlap(nr, ns, code, p, q):
     """The least overlap that reaches the threshold for sizes nr, ns (may exceed min(nr, ns))."""
     if code == OVERLAP:
         return p
+    t = p / q
     if code == JACCARD:
-        o = (p * (nr + ns) + p + q - 1) // (p + q)
+        o = np.int64(math.ceil(t * (nr + ns) / (1.0 + t)))
     elif code == DICE:
-        o = (p * (nr + ns) + 2 * q - 1) // (2 * q)
+        o = np.int64(math.ceil(t * (nr + ns) / 2.0))
     else:
-        o = np.int64(math.ceil(p / q * math.sqrt(float(nr) * float(ns))))
+        o = np.int64(math.ceil(math.sqrt(t * float(nr) * float(ns))))
     if o < 1:
         o = 1
     while o > 1 and meets(o - 1, nr, ns, code, p, q):
@@ -147,19 +176,14 @@ def min_partner(n, code, p, q):
         return p if p <= n else n + 1
     if not _possible(n, n, code, p, q):
         return n + 1
-    t = p / q
-    if code == JACCARD:
-        guess = t * n
-    elif code == DICE:
-        guess = t * n / (2.0 - t)
-    else:
-        guess = t * t * n
-    m = min(n, max(1, np.int64(math.floor(guess))))
-    while m > 1 and _possible(n, m - 1, code, p, q):
-        m -= 1
-    while not _possible(n, m, code, p, q):
-        m += 1
-    return m
+    lo, hi = 1, n  # possible(n, m) is monotone in m below n: binary search
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _possible(n, mid, code, p, q):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 @njit(cache=True)
@@ -171,19 +195,16 @@ def max_partner(n, code, p, q):
         return NO_LIMIT if p <= n else 0
     if not _possible(n, n, code, p, q):
         return 0
-    t = p / q
-    if code == JACCARD:
-        guess = n / t
-    elif code == DICE:
-        guess = n * (2.0 - t) / t
-    else:
-        guess = n / (t * t)
-    m = max(n, np.int64(math.ceil(guess)))
-    while not _possible(n, m, code, p, q):
-        m -= 1
-    while _possible(n, m + 1, code, p, q):
-        m += 1
-    return m
+    lo, hi = n, np.int64(MAX_SET_SIZE)
+    if _possible(n, hi, code, p, q):
+        return hi
+    while lo + 1 < hi:  # possible(n, lo) and not possible(n, hi)
+        mid = (lo + hi) // 2
+        if _possible(n, mid, code, p, q):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 @njit(cache=True)

@@ -59,7 +59,7 @@ class SetPlan:
 
     def explain(self) -> str:
         t = self.threshold
-        value = f"{t.p}" if t.measure == "overlap" else f"{t.p}/{t.q} (= {t.value:g})"
+        value = f"{t.exact}" if t.measure == "overlap" else f"{t.exact} (= {t.value!r})"
         kind = "self-join" if self.selfjoin else f"R x S join ({self.n_a:,} x {self.n_b:,} sets)"
         lines = [
             f"set-similarity {kind}: {t.measure} >= {value}, decided exactly on integers",

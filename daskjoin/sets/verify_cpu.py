@@ -32,10 +32,13 @@ def verify_chunk(r_tokens, r_offsets, s_tokens, s_offsets, probes, offsets, cand
     for g in prange(len(probes)):
         r = probes[g]
         r_lo, r_hi = r_offsets[r], r_offsets[r + 1]
+        last_size, need = -1, 0
         for c in range(offsets[g], offsets[g + 1]):
             s = cands[c]
             s_lo, s_hi = s_offsets[s], s_offsets[s + 1]
-            need = required_overlap(r_hi - r_lo, s_hi - s_lo, code, p, q)
+            if s_hi - s_lo != last_size:  # a probe's candidates come mostly in size order
+                last_size = s_hi - s_lo
+                need = required_overlap(r_hi - r_lo, last_size, code, p, q)
             o = overlap_at_least(r_tokens, r_lo, r_hi, s_tokens, s_lo, s_hi, need)
             overlaps[c] = o if o >= need else 0
 

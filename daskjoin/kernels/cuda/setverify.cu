@@ -15,25 +15,30 @@
 typedef long long i64;
 typedef unsigned long long u64;
 
+// a * b >= c * d for non-negative integers below 2**64, exactly (128-bit products).
+__device__ __forceinline__ bool at_least(u64 a, u64 b, u64 c, u64 d) {
+    u64 lh = __umul64hi(a, b), ll = a * b;
+    u64 rh = __umul64hi(c, d), rl = c * d;
+    return lh > rh || (lh == rh && ll >= rl);
+}
+
+// p/q is the threshold (cosine: the threshold squared), as parse_threshold stores it.
 __device__ __forceinline__ bool meets(i64 o, i64 nr, i64 ns, int code, i64 p, i64 q) {
     if (o < 1 || nr < 1 || ns < 1) return false;
-    if (code == JACCARD) return o * (p + q) >= p * (nr + ns);
-    if (code == DICE) return 2 * o * q >= p * (nr + ns);
+    if (code == JACCARD) return at_least((u64)o, (u64)q, (u64)p, (u64)(nr + ns - o));
+    if (code == DICE) return at_least((u64)(2 * o), (u64)q, (u64)p, (u64)(nr + ns));
     if (code == OVERLAP) return o >= p;
-    u64 oq = (u64)(o * q);
-    u64 pp = (u64)(p * p);
-    u64 m = (u64)(nr * ns);
-    u64 lh_hi = __umul64hi(oq, oq), lh_lo = oq * oq;
-    u64 rh_hi = __umul64hi(pp, m), rh_lo = pp * m;
-    return lh_hi > rh_hi || (lh_hi == rh_hi && lh_lo >= rh_lo);
+    return at_least((u64)(o * o), (u64)q, (u64)p, (u64)(nr * ns));
 }
 
 __device__ i64 required_overlap(i64 nr, i64 ns, int code, i64 p, i64 q) {
     if (code == OVERLAP) return p;
-    i64 o;
-    if (code == JACCARD) o = (p * (nr + ns) + p + q - 1) / (p + q);
-    else if (code == DICE) o = (p * (nr + ns) + 2 * q - 1) / (2 * q);
-    else o = (i64)ceil(__ddiv_rn((double)p, (double)q) * sqrt(__dmul_rn((double)nr, (double)ns)));
+    double t = __ddiv_rn((double)p, (double)q);
+    double o_est;
+    if (code == JACCARD) o_est = __ddiv_rn(__dmul_rn(t, (double)(nr + ns)), __dadd_rn(1.0, t));
+    else if (code == DICE) o_est = __dmul_rn(__dmul_rn(t, (double)(nr + ns)), 0.5);
+    else o_est = sqrt(__dmul_rn(__dmul_rn(t, (double)nr), (double)ns));
+    i64 o = (i64)ceil(o_est);
     if (o < 1) o = 1;
     while (o > 1 && meets(o - 1, nr, ns, code, p, q)) --o;
     while (!meets(o, nr, ns, code, p, q)) ++o;
@@ -53,10 +58,15 @@ __device__ i64 merge_count(const int* a, i64 na, const int* b, i64 nb, i64 need)
     return o;
 }
 
+// One candidate; `last_size`/`need` memoise the required overlap (candidates come mostly in size order).
 __device__ __forceinline__ void verify_one(const int* r_tok, i64 r_lo, i64 nr, const int* s_tok,
-                                           const i64* s_off, int s, int code, i64 p, i64 q, int* out) {
+                                           const i64* s_off, int s, int code, i64 p, i64 q, int* out,
+                                           i64& last_size, i64& need) {
     i64 s_lo = s_off[s], ns = s_off[s + 1] - s_lo;
-    i64 need = required_overlap(nr, ns, code, p, q);
+    if (ns != last_size) {
+        last_size = ns;
+        need = required_overlap(nr, ns, code, p, q);
+    }
     i64 o = merge_count(r_tok + r_lo, nr, s_tok + s_lo, ns, need);
     *out = (o >= need) ? (int)o : 0;
 }
@@ -69,8 +79,9 @@ extern "C" __global__ void verify_thread(const int* r_tok, const i64* r_off, con
     if (g >= n_probes) return;
     int r = probes[g];
     i64 r_lo = r_off[r], nr = r_off[r + 1] - r_lo;
+    i64 last_size = -1, need = 0;
     for (i64 c = offsets[g]; c < offsets[g + 1]; ++c)
-        verify_one(r_tok, r_lo, nr, s_tok, s_off, cands[c], code, p, q, overlaps + c);
+        verify_one(r_tok, r_lo, nr, s_tok, s_off, cands[c], code, p, q, overlaps + c, last_size, need);
 }
 
 // Alternative B: one block per probe set, its threads share out the candidates.
@@ -80,8 +91,9 @@ extern "C" __global__ void verify_block(const int* r_tok, const i64* r_off, cons
     i64 g = blockIdx.x;
     int r = probes[g];
     i64 r_lo = r_off[r], nr = r_off[r + 1] - r_lo;
+    i64 last_size = -1, need = 0;
     for (i64 c = offsets[g] + threadIdx.x; c < offsets[g + 1]; c += blockDim.x)
-        verify_one(r_tok, r_lo, nr, s_tok, s_off, cands[c], code, p, q, overlaps + c);
+        verify_one(r_tok, r_lo, nr, s_tok, s_off, cands[c], code, p, q, overlaps + c, last_size, need);
 }
 
 // How many of a's elements are among the first d of merge(a, b) (ties take a first).
