@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..api import JoinResult
 from ..execution.cluster import resolve_client
 from ..io.parquet_out import prepare_output
 from ..validation import InputError, check_output_path
@@ -20,31 +21,14 @@ GPU_OPTIONS = ("verify", "block", "chunk_candidates")
 
 
 @dataclass(frozen=True)
-class SetJoinResult:
-    """What a set join written to Parquet returns."""
-
-    path: str
-    pairs: int
-    files: int
-    plan_seconds: float
-    run_seconds: float
-    plan: SetPlan
-
-    @property
-    def seconds(self) -> float:
-        return self.plan_seconds + self.run_seconds
+class SetJoinResult(JoinResult):
+    """What a set join written to Parquet returns (``plan`` is a :class:`SetPlan`)."""
 
     def read(self):
         """The pairs (i, j, sim) as a Dask DataFrame read back from the Parquet files."""
-        import dask.dataframe as dd
-
         if not self.files:
             return execute.to_dataframe(execute.SetJob(self.plan, None, None))
-        return dd.read_parquet(os.path.join(self.path, "part-*.parquet"))
-
-    def __str__(self) -> str:
-        return (f"{self.pairs:,} pairs in {self.seconds:.2f} s (plan {self.plan_seconds:.2f} s, join "
-                f"{self.run_seconds:.2f} s) -> {self.path} ({self.files} files + _SUCCESS)")
+        return super().read()
 
 
 @dataclass(frozen=True)
