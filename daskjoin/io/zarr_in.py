@@ -26,7 +26,7 @@ METADATA_FILES = ("zarr.json", ".zarray")
 
 
 def metadata_token(folder: str) -> tuple | None:
-    """(file, inode, mtime_ns, size) of an array's metadata file, or None: changes whenever the array is re-created."""
+    """(file, inode, mtime, ctime, size) of an array's metadata file, or None: changes whenever the array is re-created."""
     for name in METADATA_FILES:
         try:
             st = os.stat(os.path.join(folder, name))

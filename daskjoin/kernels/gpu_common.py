@@ -89,9 +89,10 @@ def pinned_empty(shape, dtype) -> np.ndarray:
         return np.empty(shape, dtype)
     try:
         mem = cupy().cuda.alloc_pinned_memory(_pinned_size(nbytes))
+        out = np.frombuffer(mem, dtype, count).reshape(shape)
     except Exception:  # noqa: BLE001 - no CUDA, or pinned memory exhausted: pageable memory works too
         return np.empty(shape, dtype)
-    return np.frombuffer(mem, dtype, count).reshape(shape)
+    return out if out.flags.writeable and out.flags.c_contiguous else np.empty(shape, dtype)
 
 
 def free_device_memory() -> None:
