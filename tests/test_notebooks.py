@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,15 +32,6 @@ EXPECTED_TEXT = {
     "near-duplicates.ipynb": ["identical: True"],
 }
 EXPECTED_FIGURES = {"quickstart.ipynb": 2, "scale-out.ipynb": 0, "near-duplicates.ipynb": 2}
-
-
-def _needs(name: str) -> str | None:
-    """Why ``name`` cannot run yet (a missing API), or None."""
-    import daskjoin
-
-    if name == "near-duplicates.ipynb" and not hasattr(daskjoin, "set_similarity_join"):
-        return "daskjoin.set_similarity_join does not exist yet"
-    return None
 
 
 def _read(name: str):
@@ -118,9 +108,6 @@ def test_notebook_runs(name, kernel_env, tmp_path):
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    reason = _needs(name)
-    if reason:
-        pytest.skip(reason)
     nb = _read(name)
     index = _parameters_index(nb)
     injected = "# Parameters injected by tests/test_notebooks.py\n" + "".join(

@@ -127,9 +127,10 @@ def within(starts, run_sizes, qualifies, max_pairs: int):
             total = int(costs[sl].sum()) if len(bounds) == 1 else (r1 * (r1 - 1) - r0 * (r0 - 1)) // 2
             out = np.empty(total, np.int64), np.empty(total, np.int64)
             got = _fill_within(lo[sl], n[sl], r0, r1, *out)
-            overlap = np.repeat(run_sizes[runs[sl]], np.where(len(bounds) == 1, costs[sl], 0)) if len(bounds) == 1 \
-                else np.full(got, run_sizes[runs[k0]])
-            yield out[0][:got], out[1][:got], np.asarray(overlap, np.int32)[:got]
+            # copies share every token: the overlap is the run's set size
+            sizes = run_sizes[runs[sl]]
+            overlap = np.repeat(sizes, costs[sl]) if len(bounds) == 1 else np.full(got, sizes[0])
+            yield out[0][:got], out[1][:got], overlap.astype(np.int32)
 
 
 def within_count(starts, qualifies) -> int:
