@@ -63,6 +63,8 @@ from array import array
 
 import numpy as np
 
+from bench_cpu import _cores, _load, _pretouch  # noqa: E402  (this folder is on sys.path when run as a script)
+
 TARGET_VS_PEER = 20.0  # daskjoin at least this many times faster than SetSimilaritySearch
 GPU_VERIFY_FROM = 1e8  # GPU verification faster than CPU verification from this many candidates
 VARIANTS = ("thread", "block", "intersect_path")
@@ -86,26 +88,6 @@ def _mismatch(msg: str) -> None:
     _mismatches.append(msg)
     print(f"!!!!!!!! MISMATCH: {msg}", flush=True)
     print(f"!!!!!!!! MISMATCH: {msg}", file=sys.stderr, flush=True)
-
-
-def _load() -> list[float]:
-    try:
-        return [round(v, 2) for v in os.getloadavg()]
-    except OSError:
-        return []
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def _pretouch(nbytes: int) -> None:
-    """Write to (then free) fresh memory, untimed: a VM that returns freed pages makes first touches slow."""
-    if nbytes > 0:
-        np.ones(nbytes, dtype=np.uint8)
 
 
 def _sync() -> None:

@@ -230,3 +230,13 @@ def case_params(cases=None, measures=None):
             if measures is None or m in measures:
                 out.append((c, m))
     return out
+
+
+#: threshold grids for property tests: on-tie values (2/3, 7/11, 5/6, 1/sqrt(2), 1/sqrt(3)) and extremes
+THRESHOLDS = {
+    "jaccard": [1e-6, 0.01, 0.1, 0.2, 0.25, 1 / 3, 0.4, 0.5, 0.6, 2 / 3, 7 / 11, 0.75, 0.8, 5 / 6, 0.9, 1.0],
+    "dice": [1e-6, 0.01, 0.2, 1 / 3, 0.4, 0.5, 4 / 7, 0.6, 2 / 3, 0.75, 0.8, 5 / 6, 0.9, 1.0],
+    "cosine": [1e-6, 0.01, 0.2, 1 / 3, 0.5, 0.5773502691896258, 0.6, 2 / 3, 0.7071067811865475,
+               0.7071067811865476, 0.75, 0.8, 0.9, 1.0],
+    "overlap": [1, 2, 3, 4, 6],
+}

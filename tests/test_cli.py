@@ -7,12 +7,8 @@ concurrently to keep the suite fast.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,35 +20,9 @@ import daskjoin as dj
 from joinhelpers import check_frame, frame_triple, oracle, write_zarr
 from oracle import assert_same_pairs, oracle_cross_count, oracle_self_count
 
+from clihelpers import _env, _explain, run_cli, run_many
+
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parent.parent
-TIMEOUT = 240
-
-
-def _env(**extra):
-    env = {k: v for k, v in os.environ.items() if k != "DASKJOIN_SCHEDULER" and not k.startswith("DASK_")}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(extra)
-    return env
-
-
-def run_cli(args, cwd, *, env=None, timeout=TIMEOUT):
-    """``python -m daskjoin ARGS`` in ``cwd``; returns the CompletedProcess (text)."""
-    return subprocess.run([sys.executable, "-m", "daskjoin", *map(str, args)], cwd=str(cwd), env=env or _env(),
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def run_many(jobs, cwd, *, env=None, workers=6):
-    """Run several CLI invocations concurrently: {key: args} -> {key: CompletedProcess}."""
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        futures = {key: pool.submit(run_cli, args, cwd, env=env) for key, args in jobs.items()}
-        return {key: f.result() for key, f in futures.items()}
-
-
-def _explain(proc) -> str:
-    return f"rc={proc.returncode}\n--- stdout:\n{proc.stdout[-3000:]}\n--- stderr:\n{proc.stderr[-3000:]}"
-
 
 def _stderr_lines(proc):
     return [line for line in proc.stderr.splitlines() if line.strip()]

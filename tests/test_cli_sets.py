@@ -7,11 +7,8 @@ of a test run concurrently to keep the suite fast.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,33 +20,14 @@ import pytest
 from set_cases import zipf_sets
 from set_oracle import assert_same_set_pairs, oracle_join
 
+from clihelpers import _env, _explain, run_cli
+from clihelpers import run_many as _run_many
+
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parent.parent
-TIMEOUT = 240
-
-
-def _env(**extra):
-    env = {k: v for k, v in os.environ.items() if k != "DASKJOIN_SCHEDULER" and not k.startswith("DASK_")}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(extra)
-    return env
-
-
-def run_cli(args, cwd, *, env=None, timeout=TIMEOUT):
-    return subprocess.run([sys.executable, "-m", "daskjoin", *map(str, args)], cwd=str(cwd), env=env or _env(),
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def run_many(jobs, cwd, *, env=None, workers=4):
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        futures = {key: pool.submit(run_cli, args, cwd, env=env) for key, args in jobs.items()}
-        return {key: f.result() for key, f in futures.items()}
-
-
-def _explain(proc) -> str:
-    return f"rc={proc.returncode}\n--- stdout:\n{proc.stdout[-3000:]}\n--- stderr:\n{proc.stderr[-3000:]}"
-
+    return _run_many(jobs, cwd, env=env, workers=workers)
 
 def _parse_text(path, sep=None):
     lines = Path(path).read_text(encoding="utf-8").split("\n")[:-1]

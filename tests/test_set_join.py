@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import daskjoin as dj
-from set_cases import case_params, set_case_by_name, zipf_sets
+from set_cases import THRESHOLDS, case_params, set_case_by_name, zipf_sets
 from set_oracle import assert_same_set_pairs, normalize_sets, oracle_join, similarity
 
 pytestmark = pytest.mark.integration
@@ -115,13 +115,6 @@ def test_matches_oracle(client, case, measure, mode, algorithm, output, partitio
 
 # --------------------------------------------------------------------------- hypothesis
 
-THRESHOLDS = {
-    "jaccard": [1e-6, 0.01, 0.1, 0.2, 0.25, 1 / 3, 0.4, 0.5, 0.6, 2 / 3, 7 / 11, 0.75, 0.8, 5 / 6, 0.9, 1.0],
-    "dice": [1e-6, 0.01, 0.2, 1 / 3, 0.4, 0.5, 4 / 7, 0.6, 2 / 3, 0.75, 0.8, 5 / 6, 0.9, 1.0],
-    "cosine": [1e-6, 0.01, 0.2, 1 / 3, 0.5, 0.5773502691896258, 0.6, 2 / 3, 0.7071067811865475,
-               0.7071067811865476, 0.75, 0.8, 0.9, 1.0],
-    "overlap": [1, 2, 3, 4, 6],
-}
 
 
 @st.composite

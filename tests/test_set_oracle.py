@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from set_cases import SET_CASES, case_params, zipf_sets
+from set_cases import SET_CASES, THRESHOLDS, case_params, zipf_sets
 from set_oracle import (
     exact_similarity,
     exact_threshold,
@@ -188,13 +188,6 @@ def test_fast_oracle_matches_brute_force_on_cases(case, measure, mode):
         assert all(i < j for i, j in brute)
 
 
-THRESHOLDS = {
-    "jaccard": [1e-6, 0.01, 0.1, 0.2, 0.25, 1 / 3, 0.4, 0.5, 0.6, 2 / 3, 7 / 11, 0.75, 0.8, 5 / 6, 0.9, 1.0],
-    "dice": [1e-6, 0.01, 0.2, 1 / 3, 0.4, 0.5, 4 / 7, 0.6, 2 / 3, 0.75, 0.8, 5 / 6, 0.9, 1.0],
-    "cosine": [1e-6, 0.01, 0.2, 1 / 3, 0.5, 0.5773502691896258, 0.6, 2 / 3, 0.7071067811865475,
-               0.7071067811865476, 0.75, 0.8, 0.9, 1.0],
-    "overlap": [1, 2, 3, 4, 6],
-}
 
 
 @st.composite
