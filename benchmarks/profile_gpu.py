@@ -53,6 +53,7 @@ def main() -> int:
     import cupy as cp
     import cupyx
 
+    from daskjoin.kernels import grid_gpu
     from daskjoin.kernels.brute_gpu import GpuBruteJoin
     from daskjoin.kernels.grid_gpu import GpuGridJoin
 
@@ -66,7 +67,7 @@ def main() -> int:
         eps = eps_for_neighbours(n, d, 32)
         for _ in range(2):
             print(f"index {d}-d:", index_steps(x, eps))
-        for _ in range(2):
+        for _ in range(3):
             t0 = clock()
             g = GpuGridJoin(x, None, eps)
             t1 = clock()
@@ -86,9 +87,22 @@ def main() -> int:
             oj.get(out=pj)
             od.get(out=pd)
             t6 = clock()
+            n_pairs = len(hi)
+            del hi, hj, hd, pi, pj, pd, oi, oj, od
+            host_pairs = {}
+            saved = grid_gpu.OVERLAP_SLICE_PAIRS, grid_gpu.MAX_SLICES
+            for slices in (1, 4, 8, 16):
+                grid_gpu.OVERLAP_SLICE_PAIRS = saved[0] if slices > 1 else 1 << 62
+                grid_gpu.MAX_SLICES = slices
+                s0 = clock()
+                got = g.pairs(True)
+                host_pairs[f"{slices} slice(s)"] = clock() - s0
+                del got
+            grid_gpu.OVERLAP_SLICE_PAIRS, grid_gpu.MAX_SLICES = saved
             print(f"grid {d}-d: index {t1-t0:.3f} count {t2-t1:.3f} fill {t3-t2:.3f} "
-                  f"D2H pageable {t4-t3:.3f} pinned alloc {t5-t4:.3f} D2H pinned {t6-t5:.3f} pairs {len(hi)}")
-            del hi, hj, hd, pi, pj, pd, oi, oj, od, g
+                  f"D2H pageable {t4-t3:.3f} pinned alloc {t5-t4:.3f} D2H pinned {t6-t5:.3f} pairs {n_pairs}; "
+                  + "; ".join(f"fill+D2H {k} {v:.4f}" for k, v in host_pairs.items()))
+            del g
     x = design_clusters_64d()
     for _ in range(2):
         t0 = clock()

@@ -96,6 +96,27 @@ def test_gpu_grid_output_larger_than_the_device_budget(monkeypatch):
     assert_same_pairs(get_kernel("grid", "gpu").cross_join(x, b, 0.01), oracle_cross_pairs(x, b, 0.01))
 
 
+@pytest.mark.parametrize("slice_pairs", [97, 5000, 1 << 20])
+@pytest.mark.parametrize("with_distance", [True, False])
+def test_gpu_grid_overlapped_fill_equals_one_pass(monkeypatch, slice_pairs, with_distance):
+    """Slices filled while earlier ones are copied out give the one-pass arrays, in the same order."""
+    from daskjoin.kernels import grid_gpu
+
+    rng = np.random.default_rng(8)
+    x = rng.random((40000, 2)).astype(np.float32)
+    x[:500] = x[0]  # a heavy item: one slice boundary falls inside a run of equal points
+    b = rng.random((9000, 2))
+    one_pass = (get_kernel("grid", "gpu").self_join(x, 0.01, with_distance),
+                get_kernel("grid", "gpu").cross_join(x, b, 0.01, with_distance))
+    monkeypatch.setattr(grid_gpu, "OVERLAP_SLICE_PAIRS", slice_pairs)
+    sliced = (get_kernel("grid", "gpu").self_join(x, 0.01, with_distance),
+              get_kernel("grid", "gpu").cross_join(x, b, 0.01, with_distance))
+    for got, want in zip(sliced, one_pass):
+        assert (got[2] is None) == (not with_distance)
+        assert all(np.array_equal(p, q) for p, q in zip(got, want) if q is not None)
+    assert_same_pairs(sliced[0], oracle_self_pairs(x, 0.01))
+
+
 def test_gpu_task_frees_memory_and_raises(monkeypatch):
     """A failing GPU task raises its own error (no CPU fallback) after giving device memory back."""
     import cupy as cp

@@ -418,3 +418,29 @@ def test_gpu_identical_to_cpu_on_larger_data(client, verify, algorithm):
             got = computed(sjoin(client, a, other, **gkw))
             expected = dict(zip(zip(cpu["i"].tolist(), cpu["j"].tolist()), cpu["sim"].tolist()))
             assert_same_set_pairs(got, expected, selfjoin=other is None, context=f"{measure} {verify}")
+
+
+@pytest.mark.parametrize("verify", VERIFY[1:])
+@pytest.mark.parametrize("copies", [False, True], ids=["distinct", "copies"])
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu_available(), reason="no CUDA device visible to CuPy")
+def test_gpu_verifier_with_many_chunks_in_flight(verify, copies):
+    """Chunks of a few hundred candidates: uploads, compactions and match copies queue behind each other;
+    pairs and counts (with copies: the pairs path under the count) equal the CPU verifier's."""
+    from daskjoin.io.sets_in import prepare_sets
+    from daskjoin.sets.local import Flat, block_count, join_block
+    from daskjoin.sets.measures import parse_threshold
+
+    sets = zipf_sets(3000, seed=73, vocab=800, max_size=40, exponent=1.1)
+    if copies:
+        sets = sets + sets[::3] + sets[::7]
+    c = prepare_sets(sets)
+    f = Flat.of(c.tokens, c.offsets)
+    for measure, t in (("jaccard", 0.3), ("overlap", 4)):
+        th = parse_threshold(measure, t)
+        want = join_block(f, None, th)
+        options = {"verify": verify, "chunk_candidates": 300}
+        got = join_block(f, None, th, backend="gpu", options=options)
+        key = lambda p: sorted(zip(p[0].tolist(), p[1].tolist(), p[2].tolist()))  # noqa: E731
+        assert len(want[0]) > 500 and key(got) == key(want), f"{measure} {verify}"
+        assert block_count(f, None, th, backend="gpu", options=options) == len(want[0])

@@ -16,12 +16,16 @@ from __future__ import annotations
 import numpy as np
 
 from .exact import eps_squared
-from .gpu_common import cupy, device_budget_bytes, kernel, to_host
+from .gpu_common import cupy, device_budget_bytes, kernel, pinned_empty, to_host
 from .grid_index import MAX_CELL_ID, DENSE_CELLS_PER_POINT, boundary_slack, choose_grid
 
 BLOCK = 256
 MAX_INDEXED = 6
 OUTPUT_BYTES_PER_PAIR = 20
+#: Fill passes with more pairs than twice this run in slices whose copies to the host overlap the
+#: next slice's fill (a slice of 1M pairs is 20 MB, enough for the copy to run at full PCIe speed).
+OVERLAP_SLICE_PAIRS = 1 << 20
+MAX_SLICES = 8
 
 
 def to_device64(x):
@@ -158,12 +162,47 @@ class GpuGridJoin:
         offsets = cp.zeros(hi - lo + 1, cp.int64)
         cp.cumsum(counts, dtype=cp.int64, out=offsets[1:])
         size = int(offsets[-1])
-        oi, oj, od = cp.empty(size, cp.int64), cp.empty(size, cp.int64), cp.empty(size, cp.float32)
+        out = (cp.empty(size, cp.int64), cp.empty(size, cp.int64), cp.empty(size, cp.float32))
+        if not device and size >= 2 * OVERLAP_SLICE_PAIRS:
+            return self._fill_overlapped(lo, hi, offsets, out, with_distance)
         if size:
-            self._launch(1, lo, hi, offsets=offsets, out=(oi, oj, od))
+            self._launch(1, lo, hi, offsets=offsets, out=out)
+        oi, oj, od = out
         if device:
             return oi, oj, (od if with_distance else None)
         return to_host(oi, oj, od if with_distance else None)
+
+    def _fill_overlapped(self, lo: int, hi: int, offsets, out, with_distance: bool):
+        """Fill in slices of items and copy each slice's pairs to pinned host memory on a side
+        stream while later slices fill.  Slices alternate between two streams, so one slice's
+        tail of long items runs beside the next slice's start instead of idling the GPU."""
+        cp = cupy()
+        size = int(offsets[-1])
+        n_slices = int(min(MAX_SLICES, size // OVERLAP_SLICE_PAIRS))
+        targets = cp.asarray(np.arange(1, n_slices, dtype=np.int64) * (size // n_slices))
+        cut_items = cp.searchsorted(offsets, targets, side="left")
+        cuts = cp.stack([cut_items, offsets[cut_items]]).get() if n_slices > 1 else np.zeros((2, 0), np.int64)
+        items = [0, *cuts[0].tolist(), hi - lo]
+        starts = [0, *cuts[1].tolist(), size]
+        moved = out if with_distance else out[:2]
+        host = tuple(pinned_empty(size, a.dtype) for a in moved)
+        ready = cp.cuda.get_current_stream().record()  # offsets and output buffers
+        fills = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+        copy = cp.cuda.Stream(non_blocking=True)
+        for stream in fills:
+            stream.wait_event(ready)
+        for k, (a, b, p0, p1) in enumerate(zip(items[:-1], items[1:], starts[:-1], starts[1:])):
+            if p1 <= p0:
+                continue
+            stream = fills[k % 2]
+            with stream:
+                self._launch(1, lo + a, lo + b, offsets=offsets[a:], out=out)
+                copy.wait_event(stream.record())
+            with copy:
+                for d, h in zip(moved, host):
+                    d[p0:p1].get(out=h[p0:p1], blocking=False)
+        copy.synchronize()  # every copy waited for its slice's fill, so the fills are done too
+        return host if with_distance else (*host, None)
 
     def pairs(self, with_distance: bool = True, device: bool = False):
         """All pairs; when they would not fit the device's free memory, filled and moved in batches."""

@@ -74,9 +74,10 @@ class _Windows:
 
 
 def candidate_chunks(r: Flat, s: Flat | None, threshold: Threshold, algorithm: str = "ppjoin",
-                     larger_partners: bool = False, chunk: int = DEFAULT_CHUNK):
+                     larger_partners: bool = False, chunk: int = DEFAULT_CHUNK, empty=np.empty):
     """Yield (probes, offsets, cands) chunks of about ``chunk`` candidates (``s=None``: self-join).
 
+    ``empty(shape, dtype)`` allocates each chunk's arrays (the GPU verifier's are pinned).
     ``larger_partners``: every set of ``s`` is no larger than every set of ``r``
     (two size-range partitions of one collection), which allows the shorter
     index prefix.
@@ -111,17 +112,18 @@ def candidate_chunks(r: Flat, s: Flat | None, threshold: Threshold, algorithm: s
                 pending_cands += n_cands
         windows.adapt(int(done[:, 1].sum()), bool((windows.lo < windows.hi).any() and (before > 0).any()))
         if pending_cands >= chunk:
-            yield _flatten(pending)
+            yield _flatten(pending, empty)
             pending, pending_cands = [], 0
     if pending:
-        yield _flatten(pending)
+        yield _flatten(pending, empty)
 
 
-def _flatten(groups):
-    """Per-thread pieces to one (probes, offsets, cands) chunk."""
-    probes = np.concatenate([g[0] for g in groups])
-    cands = np.concatenate([g[2] for g in groups])
-    offsets = np.zeros(len(probes) + 1, np.int64)
+def _flatten(groups, empty=np.empty):
+    """Per-thread pieces to one (probes, offsets, cands) chunk, in arrays from ``empty``."""
+    probes = np.concatenate([g[0] for g in groups], out=empty(sum(len(g[0]) for g in groups), np.int32))
+    cands = np.concatenate([g[2] for g in groups], out=empty(sum(len(g[2]) for g in groups), np.int32))
+    offsets = empty(len(probes) + 1, np.int64)
+    offsets[0] = 0
     at, base = 0, 0
     for g_probes, g_ends, g_cands in groups:
         offsets[at + 1: at + 1 + len(g_probes)] = g_ends + base
@@ -149,7 +151,7 @@ def _verified(r: Flat, s: Flat | None, threshold: Threshold, algorithm: str, bac
     verifier = make_verifier(backend, r, r if s is None else s, threshold, count_only, options)
     try:
         pending = None
-        for piece in candidate_chunks(r, s, threshold, algorithm, larger_partners, chunk):
+        for piece in candidate_chunks(r, s, threshold, algorithm, larger_partners, chunk, verifier.host_empty):
             handle = verifier.submit(*piece)  # the GPU verifies this chunk while the next one is filtered
             if pending is not None and not count_only:
                 yield verifier.collect(pending)

@@ -47,6 +47,7 @@ class CpuVerifier:
     """Verifies each chunk at once on this worker's cores."""
 
     name = "cpu"
+    host_empty = staticmethod(np.empty)  # chunk buffers: plain memory
 
     def __init__(self, r, s, threshold, count_only: bool = False):
         self.r, self.s = r, s

@@ -145,3 +145,18 @@ extern "C" __global__ void verify_path(const int* r_tok, const i64* r_off, const
         __syncthreads();
     }
 }
+
+// Stream compaction of one verified chunk, so only matches cross the bus:
+// `rank` is the inclusive prefix count of non-zero overlaps; match k (in
+// candidate order) goes to hits[k] (its candidate slot) and hit_overlaps[k].
+extern "C" __global__ void compact_matches(const int* __restrict__ overlaps, const int* __restrict__ rank, i64 n,
+                                           int* __restrict__ hits, int* __restrict__ hit_overlaps) {
+    for (i64 c = blockIdx.x * (i64)blockDim.x + threadIdx.x; c < n; c += (i64)gridDim.x * blockDim.x) {
+        int o = overlaps[c];
+        if (o) {
+            int k = rank[c] - 1;
+            hits[k] = (int)c;
+            hit_overlaps[k] = o;
+        }
+    }
+}

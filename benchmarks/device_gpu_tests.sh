@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Every gpu-marked test on a lent GPU machine, in parallel shards (one GPU, many host cores):
+# the set-join GPU tests alone take over 3 minutes in one process.  Logs go to $OUT.
+#   bash benchmarks/device_gpu_tests.sh
+set -uo pipefail
+OUT="${OUT:-device-out}"
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --find-links .wheelhouse --no-build-isolation -e '.[gpu]' SetSimilaritySearch \
+    > "$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; exit 1; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+for cu in daskjoin/kernels/cuda/*.cu; do
+    nvcc -std=c++17 -arch=sm_90 -cubin -Xptxas -v -o /dev/null "$cu" 2>&1 | grep -E "error|spill stores" \
+        | grep -v " 0 bytes spill stores" | sed "s|^|$(basename "$cu"): |"
+done
+shard() {  # name, pytest arguments...
+    local name=$1; shift
+    python3 -m pytest -q -p no:cacheprovider -m gpu --timeout=600 "$@" > "$OUT/tests-$name.log" 2>&1
+}
+sets=tests/test_set_join.py
+shard ann tests/test_gpu.py tests/test_overhead.py tests/test_set_groups.py tests/test_cuda_sources.py &
+shard sets-block "$sets" -k "block" &
+shard sets-thread "$sets" -k "thread" &
+shard sets-path "$sets" -k "intersect_path" &
+shard sets-default "$sets" -k "not block and not thread and not intersect_path" &
+wait
+for log in "$OUT"/tests-*.log; do
+    echo "$(basename "$log" .log): $(tail -1 "$log")"
+    grep -E "^FAILED|^ERROR" "$log" | head -5
+done
