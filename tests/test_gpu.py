@@ -96,25 +96,38 @@ def test_gpu_grid_output_larger_than_the_device_budget(monkeypatch):
     assert_same_pairs(get_kernel("grid", "gpu").cross_join(x, b, 0.01), oracle_cross_pairs(x, b, 0.01))
 
 
-@pytest.mark.parametrize("slice_pairs", [97, 5000, 1 << 20])
+@pytest.mark.parametrize("slice_pairs, max_slices", [(97, 8), (97, 100000)], ids=["8-slices", "tiny-slices"])
 @pytest.mark.parametrize("with_distance", [True, False])
-def test_gpu_grid_overlapped_fill_equals_one_pass(monkeypatch, slice_pairs, with_distance):
-    """Slices filled while earlier ones are copied out give the one-pass arrays, in the same order."""
+def test_gpu_grid_overlapped_fill_equals_one_pass(monkeypatch, slice_pairs, max_slices, with_distance):
+    """Slices filled while earlier ones are copied out give the one-pass arrays, in the same order.
+
+    Tiny slices are smaller than the heaviest item (500 equal points), so several cuts land on one
+    item and empty slices are skipped.  The sliced runs come first, so no device block can still
+    hold the one-pass result; batches cover the path with a nonzero first item.
+    """
     from daskjoin.kernels import grid_gpu
 
     rng = np.random.default_rng(8)
     x = rng.random((40000, 2)).astype(np.float32)
-    x[:500] = x[0]  # a heavy item: one slice boundary falls inside a run of equal points
+    x[:500] = x[0]
     b = rng.random((9000, 2))
-    one_pass = (get_kernel("grid", "gpu").self_join(x, 0.01, with_distance),
-                get_kernel("grid", "gpu").cross_join(x, b, 0.01, with_distance))
-    monkeypatch.setattr(grid_gpu, "OVERLAP_SLICE_PAIRS", slice_pairs)
-    sliced = (get_kernel("grid", "gpu").self_join(x, 0.01, with_distance),
-              get_kernel("grid", "gpu").cross_join(x, b, 0.01, with_distance))
+
+    def run():
+        k = get_kernel("grid", "gpu")
+        parts = list(k.self_batches(x, 0.01, 120000, with_distance))
+        return (k.self_join(x, 0.01, with_distance), k.cross_join(x, b, 0.01, with_distance),
+                tuple(None if parts[0][t] is None else np.concatenate([p[t] for p in parts]) for t in range(3)))
+
+    with monkeypatch.context() as m:
+        m.setattr(grid_gpu, "OVERLAP_SLICE_PAIRS", slice_pairs)
+        m.setattr(grid_gpu, "MAX_SLICES", max_slices)
+        sliced = run()
+    one_pass = run()
     for got, want in zip(sliced, one_pass):
         assert (got[2] is None) == (not with_distance)
         assert all(np.array_equal(p, q) for p, q in zip(got, want) if q is not None)
     assert_same_pairs(sliced[0], oracle_self_pairs(x, 0.01))
+    assert_same_pairs(sliced[2], oracle_self_pairs(x, 0.01))
 
 
 def test_gpu_task_frees_memory_and_raises(monkeypatch):

@@ -424,23 +424,49 @@ def test_gpu_identical_to_cpu_on_larger_data(client, verify, algorithm):
 @pytest.mark.parametrize("copies", [False, True], ids=["distinct", "copies"])
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu_available(), reason="no CUDA device visible to CuPy")
-def test_gpu_verifier_with_many_chunks_in_flight(verify, copies):
-    """Chunks of a few hundred candidates: uploads, compactions and match copies queue behind each other;
-    pairs and counts (with copies: the pairs path under the count) equal the CPU verifier's."""
+def test_gpu_verifier_with_many_chunks_in_flight(monkeypatch, verify, copies):
+    """Chunks of a few hundred candidates queued behind 50 ms of GPU spinning, so the host runs ahead
+    and the verifier holds as many chunks as it allows (their pinned buffers must not be reused while
+    queued); pairs and counts (grouped counts of sets with copies take the pairs path) equal the CPU
+    verifier's."""
+    import cupy as cp
+
     from daskjoin.io.sets_in import prepare_sets
+    from daskjoin.sets import verify_gpu
     from daskjoin.sets.local import Flat, block_count, join_block
     from daskjoin.sets.measures import parse_threshold
 
+    spin = cp.RawKernel(r"""extern "C" __global__ void spin(long long cycles) {
+        long long t0 = clock64(); while (clock64() - t0 < cycles) {} }""", "spin")
+    submit, hold, peak = verify_gpu.GpuVerifier.submit, verify_gpu.GpuVerifier._hold, [0]
+
+    def slow_start(self, *chunk):
+        if not getattr(self, "spun", False):
+            spin((1,), (1,), (np.int64(100_000_000),))
+            self.spun = True
+        return submit(self, *chunk)
+
+    def tracked_hold(self, event, buffers):
+        hold(self, event, buffers)
+        peak[0] = max(peak[0], len(self._in_flight))
+
+    monkeypatch.setattr(verify_gpu.GpuVerifier, "submit", slow_start)
+    monkeypatch.setattr(verify_gpu.GpuVerifier, "_hold", tracked_hold)
     sets = zipf_sets(3000, seed=73, vocab=800, max_size=40, exponent=1.1)
     if copies:
         sets = sets + sets[::3] + sets[::7]
     c = prepare_sets(sets)
     f = Flat.of(c.tokens, c.offsets)
+    key = lambda p: sorted(zip(p[0].tolist(), p[1].tolist(), p[2].tolist()))  # noqa: E731
     for measure, t in (("jaccard", 0.3), ("overlap", 4)):
         th = parse_threshold(measure, t)
         want = join_block(f, None, th)
         options = {"verify": verify, "chunk_candidates": 300}
+        peak[0] = 0
         got = join_block(f, None, th, backend="gpu", options=options)
-        key = lambda p: sorted(zip(p[0].tolist(), p[1].tolist(), p[2].tolist()))  # noqa: E731
         assert len(want[0]) > 500 and key(got) == key(want), f"{measure} {verify}"
+        assert peak[0] >= 2  # the pairs path collects a chunk once the next one is queued
         assert block_count(f, None, th, backend="gpu", options=options) == len(want[0])
+        peak[0] = 0  # without grouping, a count never waits for the GPU before the queue is full
+        assert block_count(f, None, th, backend="gpu", options=options, group_copies=False) == len(want[0])
+        assert peak[0] == verify_gpu.MAX_IN_FLIGHT

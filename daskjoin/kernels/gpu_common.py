@@ -80,7 +80,9 @@ def _pinned_size(nbytes: int) -> int:
 def pinned_empty(shape, dtype) -> np.ndarray:
     """An uninitialised numpy array in pinned host memory from CuPy's pool (numpy.empty where that fails).
 
-    The memory goes back to the pool when the array (and any transfer CuPy still runs from it) is done.
+    The memory goes back to the pool as soon as the array is garbage: a caller that starts an
+    asynchronous copy into or out of it (``set``, ``get(out=..., blocking=False)``) must keep the
+    array alive until that copy is done (CuPy tracks only its own staging copies).
     """
     dtype = np.dtype(dtype)
     count = int(np.prod(shape, dtype=np.int64))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .exact import eps_squared
-from .gpu_common import cupy, device_budget_bytes, kernel, pinned_empty, to_host
+from .gpu_common import cupy, device_budget_bytes, kernel, to_host
 from .grid_index import MAX_CELL_ID, DENSE_CELLS_PER_POINT, boundary_slack, choose_grid
 
 BLOCK = 256
@@ -113,6 +113,7 @@ class GpuGridJoin:
             cp.asarray(self.spec.strides, dtype=cp.int64), cp.asarray(boundary_slack(self.spec), dtype=cp.float64),
         )
         self._counts = None
+        self._side_streams = None
         if sort_by_workload and self.nitems:
             work = self._launch(2, 0, self.nitems)
             per_point = work.reshape(self.query.n, self.tpp).sum(axis=1)
@@ -164,7 +165,7 @@ class GpuGridJoin:
         size = int(offsets[-1])
         out = (cp.empty(size, cp.int64), cp.empty(size, cp.int64), cp.empty(size, cp.float32))
         if not device and size >= 2 * OVERLAP_SLICE_PAIRS:
-            return self._fill_overlapped(lo, hi, offsets, out, with_distance)
+            return self._fill_overlapped(lo, hi, offsets, size, out, with_distance)
         if size:
             self._launch(1, lo, hi, offsets=offsets, out=out)
         oi, oj, od = out
@@ -172,12 +173,19 @@ class GpuGridJoin:
             return oi, oj, (od if with_distance else None)
         return to_host(oi, oj, od if with_distance else None)
 
-    def _fill_overlapped(self, lo: int, hi: int, offsets, out, with_distance: bool):
+    def _streams(self):
+        """Two fill streams and a copy stream, made once per join (non-blocking: ordered by events only)."""
+        if self._side_streams is None:
+            self._side_streams = [cupy().cuda.Stream(non_blocking=True) for _ in range(3)]
+        return self._side_streams
+
+    def _fill_overlapped(self, lo: int, hi: int, offsets, size: int, out, with_distance: bool):
         """Fill in slices of items and copy each slice's pairs to pinned host memory on a side
         stream while later slices fill.  Slices alternate between two streams, so one slice's
         tail of long items runs beside the next slice's start instead of idling the GPU."""
+        import cupyx
+
         cp = cupy()
-        size = int(offsets[-1])
         n_slices = int(min(MAX_SLICES, size // OVERLAP_SLICE_PAIRS))
         targets = cp.asarray(np.arange(1, n_slices, dtype=np.int64) * (size // n_slices))
         cut_items = cp.searchsorted(offsets, targets, side="left")
@@ -185,23 +193,26 @@ class GpuGridJoin:
         items = [0, *cuts[0].tolist(), hi - lo]
         starts = [0, *cuts[1].tolist(), size]
         moved = out if with_distance else out[:2]
-        host = tuple(pinned_empty(size, a.dtype) for a in moved)
+        # pinned at any size (pageable memory would make every copy synchronous and 20x slower)
+        host = tuple(cupyx.empty_pinned(size, a.dtype) for a in moved)
+        *fills, copy = self._streams()
         ready = cp.cuda.get_current_stream().record()  # offsets and output buffers
-        fills = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
-        copy = cp.cuda.Stream(non_blocking=True)
         for stream in fills:
             stream.wait_event(ready)
-        for k, (a, b, p0, p1) in enumerate(zip(items[:-1], items[1:], starts[:-1], starts[1:])):
-            if p1 <= p0:
-                continue
-            stream = fills[k % 2]
-            with stream:
-                self._launch(1, lo + a, lo + b, offsets=offsets[a:], out=out)
-                copy.wait_event(stream.record())
-            with copy:
-                for d, h in zip(moved, host):
-                    d[p0:p1].get(out=h[p0:p1], blocking=False)
-        copy.synchronize()  # every copy waited for its slice's fill, so the fills are done too
+        try:
+            for k, (a, b, p0, p1) in enumerate(zip(items[:-1], items[1:], starts[:-1], starts[1:])):
+                if p1 <= p0:
+                    continue
+                stream = fills[k % 2]
+                with stream:
+                    self._launch(1, lo + a, lo + b, offsets=offsets[a:], out=out)
+                    copy.wait_event(stream.record())
+                with copy:
+                    for d, h in zip(moved, host):
+                        d[p0:p1].get(out=h[p0:p1], blocking=False)
+        finally:  # also on errors: nothing may still read `out` or write `host` once they are freed
+            for stream in (*fills, copy):
+                stream.synchronize()
         return host if with_distance else (*host, None)
 
     def pairs(self, with_distance: bool = True, device: bool = False):

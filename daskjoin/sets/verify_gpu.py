@@ -57,7 +57,8 @@ class GpuVerifier:
         self.matches = cp.zeros((), cp.int64)
         # non-blocking: must not wait for the next chunk's kernel on a legacy default stream
         self.copy_stream = cp.cuda.Stream(non_blocking=True)
-        self._in_flight = []  # (event, host chunk) pairs whose uploads may still read the host memory
+        self._in_flight = []  # (event, host buffers) pairs whose copies may still use the host memory
+        self._stream = None  # the stream chunks were queued on (close() waits for it)
 
     #: chunk buffers the filter writes into: pinned, so uploads are true asynchronous DMA
     host_empty = staticmethod(gpu_common.pinned_empty)
@@ -69,7 +70,7 @@ class GpuVerifier:
         return dev
 
     def _hold(self, event, chunk) -> None:
-        """Keep a chunk's host buffers alive (out of the pinned pool) until its uploads are done."""
+        """Keep a chunk's host buffers alive (out of the pinned pool) until its copies are done."""
         self._in_flight = [(e, c) for e, c in self._in_flight if not e.done]
         self._in_flight.append((event, chunk))
         while len(self._in_flight) > MAX_IN_FLIGHT:
@@ -78,7 +79,9 @@ class GpuVerifier:
     def submit(self, probes, offsets, cands):
         """Queue one chunk; returns a handle for :meth:`collect` (None for counts)."""
         cp = self.cp
-        stream = cp.cuda.get_current_stream()
+        if len(cands) >= 1 << 31:
+            raise ValueError(f"a chunk holds at most 2**31 - 1 candidates, got {len(cands)} (lower chunk_candidates)")
+        stream = self._stream = cp.cuda.get_current_stream()
         d_probes, d_offsets, d_cands = (self._upload(a) for a in (probes, offsets, cands))
         m, n = len(cands), len(probes)
         overlaps = cp.zeros(m, cp.int32)
@@ -100,7 +103,7 @@ class GpuVerifier:
         else:
             n_hits[0] = 0
         done = stream.record()
-        self._hold(done, (probes, offsets, cands))
+        self._hold(done, (probes, offsets, cands, n_hits))
         return _Pending(probes, offsets, cands, hits, hit_overlaps, n_hits, done)
 
     def collect(self, handle):
@@ -119,7 +122,9 @@ class GpuVerifier:
 
     def close(self):
         try:
-            self.cp.cuda.get_current_stream().synchronize()
+            for stream in (self._stream, self.copy_stream):
+                if stream is not None:
+                    stream.synchronize()
         finally:
             self._in_flight = []
             self.r = self.s = None
