@@ -425,48 +425,79 @@ def test_gpu_identical_to_cpu_on_larger_data(client, verify, algorithm):
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu_available(), reason="no CUDA device visible to CuPy")
 def test_gpu_verifier_with_many_chunks_in_flight(monkeypatch, verify, copies):
-    """Chunks of a few hundred candidates queued behind 50 ms of GPU spinning, so the host runs ahead
-    and the verifier holds as many chunks as it allows (their pinned buffers must not be reused while
-    queued); pairs and counts (grouped counts of sets with copies take the pairs path) equal the CPU
-    verifier's."""
+    """Chunks of a few hundred candidates queued behind a kernel that waits for the host, so the
+    verifier holds as many chunks as it allows; their host buffers come from a pool that reuses a
+    freed block at once, so a buffer let go while its upload is queued gets overwritten.  Pairs and
+    counts (grouped counts of sets with copies take the pairs path) equal the CPU verifier's.
+    The gate opens where the verifier waits: on a collect, a total, or with the queue full."""
     import cupy as cp
+    import cupyx
 
     from daskjoin.io.sets_in import prepare_sets
+    from daskjoin.kernels import gpu_common
     from daskjoin.sets import verify_gpu
     from daskjoin.sets.local import Flat, block_count, join_block
     from daskjoin.sets.measures import parse_threshold
+    from reusing_pool import ReusingPool
 
-    spin = cp.RawKernel(r"""extern "C" __global__ void spin(long long cycles) {
-        long long t0 = clock64(); while (clock64() - t0 < cycles) {} }""", "spin")
-    submit, hold, peak = verify_gpu.GpuVerifier.submit, verify_gpu.GpuVerifier._hold, [0]
-
-    def slow_start(self, *chunk):
-        if not getattr(self, "spun", False):
-            spin((1,), (1,), (np.int64(100_000_000),))
-            self.spun = True
-        return submit(self, *chunk)
-
-    def tracked_hold(self, event, buffers):
-        hold(self, event, buffers)
-        peak[0] = max(peak[0], len(self._in_flight))
-
-    monkeypatch.setattr(verify_gpu.GpuVerifier, "submit", slow_start)
-    monkeypatch.setattr(verify_gpu.GpuVerifier, "_hold", tracked_hold)
     sets = zipf_sets(3000, seed=73, vocab=800, max_size=40, exponent=1.1)
     if copies:
         sets = sets + sets[::3] + sets[::7]
     c = prepare_sets(sets)
     f = Flat.of(c.tokens, c.offsets)
+    options = {"verify": verify, "chunk_candidates": 300}
+    th = parse_threshold("jaccard", 0.3)
+    # warm-up: kernels loaded and the device pool filled before the gate, so nothing in the gated
+    # part allocates or loads (which may wait for the device, and so for the gate)
+    join_block(f, None, th, backend="gpu", options=options)
+    block_count(f, None, th, backend="gpu", options=options, group_copies=False)
+
+    # spins until the host writes the flag (pinned memory: under UVA its host pointer works on the
+    # device), or about 5 s, so a gate that never opens fails the peak checks instead of hanging
+    gate = cp.RawKernel(r"""extern "C" __global__ void gate(const volatile int* flag, long long cycles) {
+        long long t0 = clock64(); while (*flag == 0 && clock64() - t0 < cycles) {} }""", "gate")
+    flag = cupyx.zeros_pinned(1, np.int32)
+    pool = ReusingPool(cupyx.empty_pinned(64 << 20, np.uint8))
+    verifier = verify_gpu.GpuVerifier
+    submit, hold, collect, total, peak = verifier.submit, verifier._hold, verifier.collect, verifier.total, [0]
+
+    def gated_start(self, *chunk):
+        if not getattr(self, "gated", False):
+            flag[0] = 0
+            gate((1,), (1,), (np.uint64(flag.ctypes.data), np.int64(10_000_000_000)))
+            self.gated = True
+        return submit(self, *chunk)
+
+    def tracked_hold(self, event, buffers):
+        if sum(not e.done for e, _ in self._in_flight) >= verify_gpu.MAX_IN_FLIGHT:
+            flag[0] = 1  # the verifier is about to wait for its oldest chunk
+        hold(self, event, buffers)
+        peak[0] = max(peak[0], len(self._in_flight))
+
+    def opening_collect(self, handle):
+        flag[0] = 1
+        return collect(self, handle)
+
+    def opening_total(self):
+        flag[0] = 1
+        return total(self)
+
+    monkeypatch.setattr(verifier, "submit", gated_start)
+    monkeypatch.setattr(verifier, "_hold", tracked_hold)
+    monkeypatch.setattr(verifier, "collect", opening_collect)
+    monkeypatch.setattr(verifier, "total", opening_total)
+    monkeypatch.setattr(verifier, "host_empty", staticmethod(pool.empty))
+    monkeypatch.setattr(gpu_common, "pinned_empty", pool.empty)
     key = lambda p: sorted(zip(p[0].tolist(), p[1].tolist(), p[2].tolist()))  # noqa: E731
     for measure, t in (("jaccard", 0.3), ("overlap", 4)):
         th = parse_threshold(measure, t)
         want = join_block(f, None, th)
-        options = {"verify": verify, "chunk_candidates": 300}
         peak[0] = 0
         got = join_block(f, None, th, backend="gpu", options=options)
         assert len(want[0]) > 500 and key(got) == key(want), f"{measure} {verify}"
         assert peak[0] >= 2  # the pairs path collects a chunk once the next one is queued
         assert block_count(f, None, th, backend="gpu", options=options) == len(want[0])
-        peak[0] = 0  # without grouping, a count never waits for the GPU before the queue is full
+        peak[0] = 0  # without grouping, a count holds chunks until the queue is full
         assert block_count(f, None, th, backend="gpu", options=options, group_copies=False) == len(want[0])
         assert peak[0] == verify_gpu.MAX_IN_FLIGHT
+    assert pool.handed_out > 100  # the chunks' buffers really came from the reusing pool
