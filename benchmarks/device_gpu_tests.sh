@@ -17,13 +17,18 @@ shard() {  # name, pytest arguments...
     python3 -m pytest -q -p no:cacheprovider -m gpu --timeout=600 "$@" > "$OUT/tests-$name.log" 2>&1
 }
 sets=tests/test_set_join.py
-shard ann tests/test_gpu.py tests/test_overhead.py tests/test_set_groups.py tests/test_cuda_sources.py &
-shard sets-block "$sets" -k "block" &
-shard sets-thread "$sets" -k "thread" &
-shard sets-path "$sets" -k "intersect_path" &
-shard sets-default "$sets" -k "not block and not thread and not intersect_path" &
-wait
+pids=()
+shard ann tests/test_gpu.py tests/test_overhead.py tests/test_set_groups.py tests/test_cuda_sources.py & pids+=($!)
+shard sets-block "$sets" -k "block" & pids+=($!)
+shard sets-thread "$sets" -k "thread" & pids+=($!)
+shard sets-path "$sets" -k "intersect_path" & pids+=($!)
+shard sets-default "$sets" -k "not block and not thread and not intersect_path" & pids+=($!)
+rc=0
+for pid in "${pids[@]}"; do
+    wait "$pid" || rc=1
+done
 for log in "$OUT"/tests-*.log; do
     echo "$(basename "$log" .log): $(tail -1 "$log")"
-    grep -E "^FAILED|^ERROR" "$log" | head -5
+    grep -E "^FAILED|^ERROR" "$log" | head -5 || true
 done
+exit "$rc"

@@ -13,10 +13,12 @@ Outputs larger than ``max_pairs`` come out in batches of items.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .exact import eps_squared
-from .gpu_common import cupy, device_budget_bytes, kernel, to_host
+from .gpu_common import cupy, device_budget_bytes, kernel, pinned_empty, to_host
 from .grid_index import MAX_CELL_ID, DENSE_CELLS_PER_POINT, boundary_slack, choose_grid
 
 BLOCK = 256
@@ -26,6 +28,37 @@ OUTPUT_BYTES_PER_PAIR = 20
 #: next slice's fill (a slice of 1M pairs is 20 MB, enough for the copy to run at full PCIe speed).
 OVERLAP_SLICE_PAIRS = 1 << 20
 MAX_SLICES = 8
+
+
+_STREAMS = threading.local()
+
+
+def _side_streams():
+    """Two fill streams and a copy stream per device and thread, kept for the process's life.
+
+    Kept, not made per join: CuPy's pool keeps a separate arena per stream and never frees a
+    dropped stream's, and fresh arenas mean fresh cudaMalloc calls (implicit synchronisation)
+    in the first launches of every join.
+    """
+    by_device = getattr(_STREAMS, "by_device", None)
+    if by_device is None:
+        by_device = _STREAMS.by_device = {}
+    device = cupy().cuda.runtime.getDevice()
+    if device not in by_device:
+        by_device[device] = [cupy().cuda.Stream(non_blocking=True) for _ in range(3)]
+    return by_device[device]
+
+
+def _synchronize_all(streams) -> None:
+    """Wait for every stream, even when waiting for one raises (the first error is raised after)."""
+    error = None
+    for stream in streams:
+        try:
+            stream.synchronize()
+        except Exception as exc:  # noqa: BLE001 - re-raised below, once all were waited for
+            error = error or exc
+    if error is not None:
+        raise error
 
 
 def to_device64(x):
@@ -174,17 +207,15 @@ class GpuGridJoin:
         return to_host(oi, oj, od if with_distance else None)
 
     def _streams(self):
-        """Two fill streams and a copy stream, made once per join (non-blocking: ordered by events only)."""
+        """Two fill streams and a copy stream (non-blocking: ordered by events only), see :func:`_side_streams`."""
         if self._side_streams is None:
-            self._side_streams = [cupy().cuda.Stream(non_blocking=True) for _ in range(3)]
+            self._side_streams = _side_streams()
         return self._side_streams
 
     def _fill_overlapped(self, lo: int, hi: int, offsets, size: int, out, with_distance: bool):
         """Fill in slices of items and copy each slice's pairs to pinned host memory on a side
         stream while later slices fill.  Slices alternate between two streams, so one slice's
         tail of long items runs beside the next slice's start instead of idling the GPU."""
-        import cupyx
-
         cp = cupy()
         n_slices = int(min(MAX_SLICES, size // OVERLAP_SLICE_PAIRS))
         targets = cp.asarray(np.arange(1, n_slices, dtype=np.int64) * (size // n_slices))
@@ -194,7 +225,7 @@ class GpuGridJoin:
         starts = [0, *cuts[1].tolist(), size]
         moved = out if with_distance else out[:2]
         # pinned at any size (pageable memory would make every copy synchronous and 20x slower)
-        host = tuple(cupyx.empty_pinned(size, a.dtype) for a in moved)
+        host = tuple(pinned_empty(size, a.dtype, any_size=True) for a in moved)
         *fills, copy = self._streams()
         ready = cp.cuda.get_current_stream().record()  # offsets and output buffers
         for stream in fills:
@@ -211,8 +242,7 @@ class GpuGridJoin:
                     for d, h in zip(moved, host):
                         d[p0:p1].get(out=h[p0:p1], blocking=False)
         finally:  # also on errors: nothing may still read `out` or write `host` once they are freed
-            for stream in (*fills, copy):
-                stream.synchronize()
+            _synchronize_all((*fills, copy))
         return host if with_distance else (*host, None)
 
     def pairs(self, with_distance: bool = True, device: bool = False):
