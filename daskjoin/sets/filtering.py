@@ -152,7 +152,7 @@ def _emit(count, touched, n_touched, cands, at, region):
 @njit(cache=True, parallel=True)
 def filter_window(r_tokens, r_offsets, starts, post_set, post_pos, post_size, selfjoin, ppjoin, code, p, q,
                   range_lo, range_hi, count, touched, need, probes, group_end, cands, region):
-    """Filter the probe ranges [range_lo[t], range_hi[t]) in parallel, one region of the buffers each.
+    """Filter probes range_lo[t], range_lo[t] + T, ... below range_hi[t] on thread t of T, in parallel.
 
     Thread t writes probe ids to ``probes[t]``, group ends to ``group_end[t]`` and
     candidates to ``cands[t]`` (``region`` slots), stopping before a probe whose
@@ -177,7 +177,7 @@ def filter_window(r_tokens, r_offsets, starts, post_set, post_pos, post_size, se
                 probes[t, n_groups] = r
                 group_end[t, n_groups] = n_cands
                 n_groups += 1
-            r += 1
+            r += n_threads  # probes are dealt round robin (see local._Windows)
         range_lo[t] = r
         done[t, 0] = n_groups
         done[t, 1] = n_cands

@@ -45,7 +45,13 @@ def _n_vocab(*flats: Flat) -> int:
 
 
 class _Windows:
-    """Probe windows split over threads, with the leftovers of threads whose buffer region filled."""
+    """Probe windows dealt out over threads, with the leftovers of threads whose buffer region filled.
+
+    A window of ``width`` probes per thread is dealt round robin (thread t takes probes
+    next + t, next + t + T, ...), not in contiguous ranges: probes come in size order,
+    so neighbours cost about the same and every thread gets an equal share of the
+    window's work, also in the last, partial window.
+    """
 
     def __init__(self, n_probes: int, n_threads: int, region: int):
         self.n_probes, self.n_threads, self.region = n_probes, n_threads, region
@@ -55,15 +61,15 @@ class _Windows:
         self.hi = np.zeros(n_threads, np.int64)
 
     def refill(self) -> bool:
-        """New ranges when every thread is done with its last one; False when all probes are done."""
+        """New windows when every thread is done with its last one; False when all probes are done."""
         if (self.lo < self.hi).any():
             return True
         if self.next >= self.n_probes:
             return False
-        for t in range(self.n_threads):
-            self.lo[t] = min(self.n_probes, self.next + t * self.width)
-            self.hi[t] = min(self.n_probes, self.lo[t] + self.width)
-        self.next = int(self.hi[-1])
+        end = min(self.n_probes, self.next + self.n_threads * self.width)
+        self.lo[:] = np.minimum(self.next + np.arange(self.n_threads), end)
+        self.hi[:] = end
+        self.next = end
         return True
 
     def adapt(self, written: int, overflowed: bool) -> None:
