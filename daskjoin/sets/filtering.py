@@ -77,11 +77,14 @@ def _first_at_least(post_size, lo, hi, min_size):
 
 @njit(cache=True)
 def _probe(r, r_tokens, r_offsets, starts, post_set, post_pos, post_size, selfjoin, ppjoin, code, p, q, count,
-           touched, need):
+           touched, need, bounds):
     """Score one probe set against the index; returns how many sets it touched (kept ones have count > 0).
 
     ``need[m]`` is filled with the required overlap for partners of size m (the
     positional filter asks for it at every posting; sizes repeat, so once per size).
+    ``bounds`` remembers (size, prefix, smallest and largest partner size) of the
+    last probe: probes come in size order, so the bounds and ``need`` are worked out
+    once per size (a fifth of the filter's time on KOSARAK-like data otherwise).
     ``touched`` has room for one more than the sets in the index: the first touch of
     a set is recorded without a branch (write always, advance only when new), and
     the positional filter's verdict is a select, not a branch; on DBLP-like data at
@@ -90,14 +93,17 @@ def _probe(r, r_tokens, r_offsets, starts, post_set, post_pos, post_size, selfjo
     base = r_offsets[r]
     nr = r_offsets[r + 1] - base
     n_touched = 0
-    pref = probe_prefix(nr, code, p, q)
+    if bounds[0] != nr:
+        bounds[0] = nr
+        bounds[1] = probe_prefix(nr, code, p, q)
+        bounds[2] = min_partner(nr, code, p, q)
+        bounds[3] = min(max_partner(nr, code, p, q), len(need) - 1)
+        if ppjoin and bounds[1] > 0:
+            for m in range(bounds[2], bounds[3] + 1):
+                need[m] = required_overlap(nr, m, code, p, q)
+    pref, lo_size, hi_size = bounds[1], bounds[2], bounds[3]
     if pref <= 0:
         return 0
-    lo_size = min_partner(nr, code, p, q)
-    hi_size = min(max_partner(nr, code, p, q), len(need) - 1)
-    if ppjoin:
-        for m in range(lo_size, hi_size + 1):
-            need[m] = required_overlap(nr, m, code, p, q)
     stop = r if selfjoin else len(count)  # a self-join probe looks at earlier sets only
     for i in range(pref):
         w = r_tokens[base + i]
@@ -151,14 +157,14 @@ def _emit(count, touched, n_touched, cands, at, region):
 
 @njit(cache=True, parallel=True)
 def filter_window(r_tokens, r_offsets, starts, post_set, post_pos, post_size, selfjoin, ppjoin, code, p, q,
-                  range_lo, range_hi, count, touched, need, probes, group_end, cands, region):
+                  range_lo, range_hi, count, touched, need, bounds, probes, group_end, cands, region):
     """Filter probes range_lo[t], range_lo[t] + T, ... below range_hi[t] on thread t of T, in parallel.
 
     Thread t writes probe ids to ``probes[t]``, group ends to ``group_end[t]`` and
     candidates to ``cands[t]`` (``region`` slots), stopping before a probe whose
     candidates do not fit.  Returns, per thread, (probes done, candidates written);
     ``range_lo`` is advanced past the probes done.  ``need`` is per-thread scratch
-    of (largest size in s) + 1 entries.
+    of (largest size in s) + 1 entries, ``bounds`` 4 per thread, the first -1 at the start.
     """
     n_threads = len(range_lo)
     done = np.zeros((n_threads, 2), np.int64)
@@ -168,7 +174,7 @@ def filter_window(r_tokens, r_offsets, starts, post_set, post_pos, post_size, se
         r = range_lo[t]
         while r < range_hi[t]:
             n_touched = _probe(r, r_tokens, r_offsets, starts, post_set, post_pos, post_size, selfjoin, ppjoin,
-                               code, p, q, count[t], touched[t], need[t])
+                               code, p, q, count[t], touched[t], need[t], bounds[t])
             written = _emit(count[t], touched[t], n_touched, cands[t], n_cands, region)
             if written < 0:
                 break

@@ -100,6 +100,7 @@ def candidate_chunks(r: Flat, s: Flat | None, threshold: Threshold, algorithm: s
     touched = np.zeros((n_threads, len(s) + 1), np.int32)  # see filtering._probe
     # int32 (a third faster scan than int64): partners in range need at most min(sizes) < 2**31
     need = np.zeros((n_threads, int(s.sizes.max(initial=0)) + 1), np.int32)
+    bounds = np.full((n_threads, 4), -1, np.int64)  # see filtering._probe
     cands = np.empty((n_threads, region), np.int32)
     probes = np.empty((n_threads, _MAX_WINDOW), np.int32)
     group_end = np.empty((n_threads, _MAX_WINDOW), np.int64)
@@ -108,7 +109,7 @@ def candidate_chunks(r: Flat, s: Flat | None, threshold: Threshold, algorithm: s
     while windows.refill():
         before = windows.hi - windows.lo
         done = filter_window(r.tokens, r.offsets, starts, post_set, post_pos, post_size, selfjoin,
-                             algorithm == "ppjoin", code, p, q, windows.lo, windows.hi, count, touched, need,
+                             algorithm == "ppjoin", code, p, q, windows.lo, windows.hi, count, touched, need, bounds,
                              probes, group_end, cands, region)
         for t in range(n_threads):
             n_groups, n_cands = int(done[t, 0]), int(done[t, 1])
