@@ -261,6 +261,41 @@ def test_string_tokens_across_collections(client):
     assert_same_set_pairs(got, {(0, 2): 0.75, (1, 1): 0.5, (2, 0): 1.0})
 
 
+@pytest.mark.parametrize("sides", ["store-store", "store-lists", "lists-store"])
+def test_cross_join_of_stores_reads_no_sets_on_the_client(client, tmp_path, monkeypatch, sides):
+    """R x S of stores with different string vocabularies: the common token order comes from the
+    vocabularies, each task re-ranks the ranges it reads, and the client never loads a store's sets
+    (``open_sets`` and ``read_sets_range`` fail here; the workers are other processes).  One store was
+    written from an aligned collection, so its ``freq`` is not its own token counts: any common
+    order is exact."""
+    from daskjoin.io import sets_in, sets_store
+    from daskjoin.io.sets_in import align, import_sets, prepare_sets, read_vocab, write_sets
+
+    rng = np.random.default_rng(5)
+    words = [f"w{k}" for k in range(60)]
+    a = [list(rng.choice(words[:45], size=rng.integers(1, 12), replace=False)) for _ in range(220)]
+    b = [list(rng.choice(words[15:], size=rng.integers(1, 12), replace=False)) for _ in range(160)]
+    b += a[:7]  # identical sets on both sides
+    expected = oracle_join(a, b, threshold=0.45, measure="jaccard")
+    aligned_a, _ = align(prepare_sets(a), prepare_sets([[w] for w in words[50:]]))
+    store_a = write_sets(aligned_a, str(tmp_path / "a.zarr"))
+    store_b = import_sets(b, str(tmp_path / "b.zarr"))
+    assert not np.array_equal(read_vocab(store_a)[1], np.bincount(aligned_a.tokens, minlength=len(aligned_a.vocab)))
+    left, right = {"store-store": (store_a, store_b), "store-lists": (store_a, b),
+                   "lists-store": (a, store_b)}[sides]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the client read a store's sets")
+
+    for module in (sets_in, sets_store):
+        monkeypatch.setattr(module, "open_sets", refuse)
+        monkeypatch.setattr(module, "read_sets_range", refuse)
+    for k in (1, 3):
+        got = computed(sjoin(client, left, right, threshold=0.45, measure="jaccard", partitions=k))
+        assert len(expected) > 10
+        assert_same_set_pairs(got, expected, context=f"{sides} K={k}")
+
+
 def test_many_partitions_and_defaults(client):
     """``partitions`` far beyond the number of sets; the default backend ('auto') and algorithm."""
     case = set_case_by_name("duplicate_sets")

@@ -256,7 +256,8 @@ def prepare_sets(sets, ids=None) -> SetCollection:
 
 
 # -- re-ranking two collections ---------------------------------------------------
-def _counts(c: SetCollection, name: str) -> np.ndarray:
+def token_counts(c: SetCollection, name: str) -> np.ndarray:
+    """How many sets of ``c`` hold each rank (recomputed from the tokens)."""
     if c.n_tokens and c.vocab.shape[0] == 0:
         raise InputError(
             f"{name} has no vocabulary (collections from read_sets_range do not load it); "
@@ -265,11 +266,48 @@ def _counts(c: SetCollection, name: str) -> np.ndarray:
     return np.bincount(c.tokens, minlength=c.vocab.shape[0]).astype(np.int64)
 
 
-def _rerank(c: SetCollection, new_rank: np.ndarray, vocab, freq) -> SetCollection:
-    width = vocab.shape[0]
-    seg = np.repeat(np.arange(len(c), dtype=np.int64), c.sizes)
-    _, ranks = _sort_within(new_rank[c.tokens], seg, width)
-    return SetCollection(ranks.astype(np.int32), c.offsets.copy(), c.ids.copy(), vocab, freq, path=None)
+def rerank_tokens(tokens: np.ndarray, offsets: np.ndarray, new_rank: np.ndarray) -> np.ndarray:
+    """Each set's ranks mapped through ``new_rank`` and re-sorted inside the set (int32)."""
+    width = int(new_rank.max()) + 1 if new_rank.shape[0] else 1
+    seg = np.repeat(np.arange(len(offsets) - 1, dtype=np.int64), np.diff(offsets))
+    _, ranks = _sort_within(new_rank[tokens], seg, width)
+    return ranks.astype(np.int32)
+
+
+def reranked(c: SetCollection, new_rank: np.ndarray, vocab, freq) -> SetCollection:
+    """``c`` with its ranks mapped through ``new_rank`` (in memory only: ``path=None``)."""
+    return SetCollection(rerank_tokens(c.tokens, c.offsets, new_rank), c.offsets.copy(), c.ids.copy(), vocab, freq,
+                         path=None)
+
+
+def common_ranking(vocab_a, count_a, kind_a: str, vocab_b, count_b, kind_b: str):
+    """One token order for two vocabularies: (new rank of each rank of a, of b, union vocab, union counts).
+
+    A token's common rank orders by its two counts added, ties by token value; only the
+    vocabularies are needed, so stores can be aligned without reading their tokens.
+    """
+    kinds = {kind for kind, vocab in ((kind_a, vocab_a), (kind_b, vocab_b)) if vocab.shape[0]}
+    if len(kinds) > 1:
+        raise InputError(
+            f"cannot align a collection of {kind_a} tokens with one of {kind_b} tokens; "
+            "import both with the same token kind (e.g. both as strings)"
+        )
+    kind = kinds.pop() if kinds else kind_a
+    if kind == "str":
+        values = np.concatenate([vocab_a.astype(object), vocab_b.astype(object)])
+    else:
+        values = np.concatenate([vocab_a.astype(np.int64), vocab_b.astype(np.int64)])
+    union, inverse = np.unique(values, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    va = vocab_a.shape[0]
+    counts = np.zeros(union.shape[0], dtype=np.int64)
+    counts[inverse[:va]] += count_a
+    counts[inverse[va:]] += count_b
+    by_freq = np.argsort(counts, kind="stable")
+    rank_of = np.empty(union.shape[0], dtype=np.int64)
+    rank_of[by_freq] = np.arange(union.shape[0])
+    vocab = union[by_freq].astype(object if kind == "str" else np.int64)
+    return rank_of[inverse[:va]], rank_of[inverse[va:]], vocab, counts[by_freq]
 
 
 def align(a: SetCollection, b: SetCollection) -> tuple[SetCollection, SetCollection]:
@@ -297,33 +335,9 @@ def align(a: SetCollection, b: SetCollection) -> tuple[SetCollection, SetCollect
     for name, c in (("a", a), ("b", b)):
         if not isinstance(c, SetCollection):
             raise InputError(f"{name} must be a SetCollection, got {type(c).__name__}; build one with prepare_sets")
-    count_a, count_b = _counts(a, "a"), _counts(b, "b")
-    kinds = {c.vocab_kind for c in (a, b) if c.vocab.shape[0]}
-    if len(kinds) > 1:
-        raise InputError(
-            f"cannot align a collection of {a.vocab_kind} tokens with one of {b.vocab_kind} tokens; "
-            "import both with the same token kind (e.g. both as strings)"
-        )
-    kind = kinds.pop() if kinds else a.vocab_kind
-    if kind == "str":
-        values = np.concatenate([a.vocab.astype(object), b.vocab.astype(object)])
-    else:
-        values = np.concatenate([a.vocab.astype(np.int64), b.vocab.astype(np.int64)])
-    union, inverse = np.unique(values, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    va = a.vocab.shape[0]
-    counts = np.zeros(union.shape[0], dtype=np.int64)
-    counts[inverse[:va]] += count_a
-    counts[inverse[va:]] += count_b
-    by_freq = np.argsort(counts, kind="stable")
-    rank_of = np.empty(union.shape[0], dtype=np.int64)
-    rank_of[by_freq] = np.arange(union.shape[0])
-    vocab = union[by_freq].astype(object if kind == "str" else np.int64)
-    freq = counts[by_freq]
-    return (
-        _rerank(a, rank_of[inverse[:va]], vocab, freq),
-        _rerank(b, rank_of[inverse[va:]], vocab, freq),
-    )
+    count_a, count_b = token_counts(a, "a"), token_counts(b, "b")
+    rank_a, rank_b, vocab, freq = common_ranking(a.vocab, count_a, a.vocab_kind, b.vocab, count_b, b.vocab_kind)
+    return reranked(a, rank_a, vocab, freq), reranked(b, rank_b, vocab, freq)
 
 
-__all__ = ["align", "prepare_flat", "prepare_sets"]
+__all__ = ["align", "common_ranking", "prepare_flat", "prepare_sets", "rerank_tokens"]

@@ -477,4 +477,28 @@ def read_sets_range(path, lo: int, hi: int) -> SetCollection:
     )
 
 
-__all__ = ["SetCollection", "check_collection", "is_set_store", "open_sets", "read_sets_range", "write_sets"]
+def read_vocab(path) -> tuple[np.ndarray, np.ndarray, str]:
+    """(vocab, freq, vocab kind) of the set store at ``path``, without reading its sets.
+
+    What aligning a store for an R x S join needs (:func:`daskjoin.io.sets_prepare.common_ranking`).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from daskjoin.io.sets_in import prepare_sets
+    >>> path = write_sets(prepare_sets([["a", "b"], ["b"]]), os.path.join(tempfile.mkdtemp(), "s.zarr"))
+    >>> vocab, freq, kind = read_vocab(path)
+    >>> vocab.tolist(), freq.tolist(), kind
+    (['a', 'b'], [1, 2], 'str')
+    """
+    path = os.path.abspath(os.fspath(path))
+    meta, arrays = _open_store(path)
+    freq = np.asarray(arrays["freq"][:], dtype=np.int64)
+    vocab = _as_vocab(arrays["vocab"][:], meta["vocab_kind"])
+    if vocab.shape != freq.shape or np.any(np.diff(freq) < 0):
+        raise InputError(f"set store {path!r}: vocab and freq must be of one length, freq non-decreasing")
+    return vocab, freq, meta["vocab_kind"]
+
+
+__all__ = ["SetCollection", "check_collection", "is_set_store", "open_sets", "read_sets_range", "read_vocab",
+           "write_sets"]

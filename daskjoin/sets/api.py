@@ -64,14 +64,29 @@ def _open_input(x, name: str) -> _Input:
 
 
 def _aligned(a: _Input, b: _Input) -> tuple[_Input, _Input]:
-    """R x S needs one token order for both sides: re-rank them together (in this process)."""
-    from ..io.sets_in import align, open_sets
+    """R x S needs one token order for both sides, worked out from the two vocabularies.
 
-    ca = a.collection if a.collection is not None else open_sets(a.source.path)
-    cb = b.collection if b.collection is not None else open_sets(b.source.path)
-    ca, cb = align(ca, cb)
-    return (_Input(ca.sizes, ca.n_tokens, execute.SetSource(collection=ca), ca),
-            _Input(cb.sizes, cb.n_tokens, execute.SetSource(collection=cb), cb))
+    A store side stays a store: its tasks re-rank each range they read (``SetSource.remap``),
+    so neither side's sets are loaded here; an in-memory side is re-ranked here.
+    """
+    from ..io.sets_prepare import common_ranking, reranked, token_counts
+    from ..io.sets_store import read_vocab
+
+    def vocabulary(x: _Input, name: str):
+        if x.collection is not None:
+            return x.collection.vocab, token_counts(x.collection, name), x.collection.vocab_kind
+        return read_vocab(x.source.path)
+
+    (vocab_a, count_a, kind_a), (vocab_b, count_b, kind_b) = vocabulary(a, "a"), vocabulary(b, "b")
+    rank_a, rank_b, vocab, freq = common_ranking(vocab_a, count_a, kind_a, vocab_b, count_b, kind_b)
+
+    def side(x: _Input, new_rank) -> _Input:
+        if x.collection is None:
+            return _Input(x.sizes, x.tokens, execute.SetSource(path=x.source.path, remap=new_rank.astype(np.int32)))
+        c = reranked(x.collection, new_rank, vocab, freq)
+        return _Input(c.sizes, c.n_tokens, execute.SetSource(collection=c), c)
+
+    return side(a, rank_a), side(b, rank_b)
 
 
 def _check_options(algorithm, output, partitions, gpu_options) -> dict:

@@ -20,20 +20,28 @@ VALUE_COLUMN = ("sim", "float64")
 
 @dataclass(frozen=True, eq=False)
 class SetSource:
-    """Where a task reads its sets: a store path (read by range) or an in-memory collection."""
+    """Where a task reads its sets: a store path (read by range) or an in-memory collection.
+
+    ``remap`` (store only): the new rank of each of the store's ranks, for an R x S join
+    whose two sides were put in one token order from their vocabularies alone; each
+    range read is re-ranked on the worker, so the client never loads the sets.
+    """
 
     path: str | None = None
     collection: object = None
+    remap: np.ndarray | None = None
 
     def read(self, rows: tuple):
         lo, hi = rows
         if self.path is not None:
-            from ..io.sets_in import read_sets_range
+            from ..io.sets_in import read_sets_range, rerank_tokens
 
             part = read_sets_range(self.path, lo, hi)
+            tokens = part.tokens if self.remap is None else rerank_tokens(part.tokens, part.offsets, self.remap)
         else:
             part = self.collection.slice(lo, hi)
-        return Flat.of(part.tokens, part.offsets), part.ids
+            tokens = part.tokens
+        return Flat.of(tokens, part.offsets), part.ids
 
 
 @dataclass(frozen=True, eq=False)
