@@ -487,11 +487,13 @@ def test_gpu_verifier_with_many_chunks_in_flight(monkeypatch, verify, copies):
     join_block(f, None, th, backend="gpu", options=options)
     block_count(f, None, th, backend="gpu", options=options, group_copies=False)
 
-    # spins until the host writes the flag (pinned memory: under UVA its host pointer works on the
-    # device), or about 5 s, so a gate that never opens fails the peak checks instead of hanging
+    # spins until the host writes the flag (mapped pinned memory: under unified addressing its host
+    # pointer works on the device), or about 5 s, so a gate that never opens fails the peak checks
     gate = cp.RawKernel(r"""extern "C" __global__ void gate(const volatile int* flag, long long cycles) {
         long long t0 = clock64(); while (*flag == 0 && clock64() - t0 < cycles) {} }""", "gate")
-    flag = cupyx.zeros_pinned(1, np.int32)
+    flag_memory = cp.cuda.PinnedMemory(4, cp.cuda.runtime.hostAllocMapped)
+    flag = np.frombuffer(cp.cuda.PinnedMemoryPointer(flag_memory, 0), np.int32, 1)
+    flag[0] = 0
     pool = ReusingPool(cupyx.empty_pinned(64 << 20, np.uint8))
     verifier = verify_gpu.GpuVerifier
     submit, hold, collect, total, peak = verifier.submit, verifier._hold, verifier.collect, verifier.total, [0]
@@ -499,7 +501,7 @@ def test_gpu_verifier_with_many_chunks_in_flight(monkeypatch, verify, copies):
     def gated_start(self, *chunk):
         if not getattr(self, "gated", False):
             flag[0] = 0
-            gate((1,), (1,), (np.uint64(flag.ctypes.data), np.int64(10_000_000_000)))
+            gate((1,), (1,), (np.uint64(flag_memory.ptr), np.int64(10_000_000_000)))
             self.gated = True
         return submit(self, *chunk)
 
