@@ -27,7 +27,7 @@ class ReusingPool:
 
         self._block = Block
 
-    def empty(self, shape, dtype) -> np.ndarray:
+    def empty(self, shape, dtype, *, any_size: bool = False) -> np.ndarray:  # pinned_empty's signature
         dtype = np.dtype(dtype)
         count = int(np.prod(shape, dtype=np.int64))
         if count * dtype.itemsize > self.block_bytes:
