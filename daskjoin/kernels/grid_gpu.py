@@ -146,7 +146,6 @@ class GpuGridJoin:
             cp.asarray(self.spec.strides, dtype=cp.int64), cp.asarray(boundary_slack(self.spec), dtype=cp.float64),
         )
         self._counts = None
-        self._side_streams = None
         if sort_by_workload and self.nitems:
             work = self._launch(2, 0, self.nitems)
             per_point = work.reshape(self.query.n, self.tpp).sum(axis=1)
@@ -206,12 +205,6 @@ class GpuGridJoin:
             return oi, oj, (od if with_distance else None)
         return to_host(oi, oj, od if with_distance else None)
 
-    def _streams(self):
-        """Two fill streams and a copy stream (non-blocking: ordered by events only), see :func:`_side_streams`."""
-        if self._side_streams is None:
-            self._side_streams = _side_streams()
-        return self._side_streams
-
     def _fill_overlapped(self, lo: int, hi: int, offsets, size: int, out, with_distance: bool):
         """Fill in slices of items and copy each slice's pairs to pinned host memory on a side
         stream while later slices fill.  Slices alternate between two streams, so one slice's
@@ -226,7 +219,7 @@ class GpuGridJoin:
         moved = out if with_distance else out[:2]
         # pinned at any size (pageable memory would make every copy synchronous and 20x slower)
         host = tuple(pinned_empty(size, a.dtype, any_size=True) for a in moved)
-        *fills, copy = self._streams()
+        *fills, copy = _side_streams()
         ready = cp.cuda.get_current_stream().record()  # offsets and output buffers
         for stream in fills:
             stream.wait_event(ready)
