@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from . import config
 from .execution import graph
 from .execution.cluster import ClusterRunner, resolve_client
-from .io.parquet_out import prepare_output
-from .io.zarr_in import open_points
+from .io.parquet_out import OutputRun, check_replaceable
+from .io.zarr_in import ZarrSource, open_points
 from .kernels import METHODS
 from .planning.plan import Plan
 from .planning.planner import PARTITIONINGS, make_plan
-from .validation import InputError, check_eps, check_output_path, check_same_dims
+from .planning.cache import cache_locations
+from .validation import InputError, check_eps, check_output_apart, check_output_path, check_same_dims
 
 OUTPUTS = ("pairs", "count")
 #: GPU tuning options each method's driver accepts (defaults come from benchmarks/bench_gpu.py)
@@ -142,6 +143,26 @@ def check_join_inputs(a, b=None, *, eps, method: str = "auto", partitioning: str
     return eps, src_a, src_b, budget
 
 
+def protected_paths(*sources) -> dict:
+    """What an output must stay apart from: each Zarr input's store and its cache locations."""
+    protected = {}
+    for name, source in zip("AB", sources):
+        if isinstance(source, ZarrSource):
+            protected[f"input {name}"] = source.store_path
+            for k, path in enumerate(cache_locations(source.label)):
+                protected[f"the cache of input {name}" + (f" ({k + 1})" if k else "")] = path
+    return protected
+
+
+def check_output(out, overwrite: bool, protected: dict) -> str:
+    """Every check of a Parquet output path that needs no cluster: exists, apart from the inputs, replaceable."""
+    check_output_apart(out, protected)  # first: the more telling refusal where both apply
+    out = check_output_path(out, overwrite)
+    if overwrite and os.path.lexists(out):
+        check_replaceable(out)
+    return out
+
+
 def _auto_budget(client, workers: dict | None = None) -> int:
     """A quarter of the smallest worker memory per task thread, within [256 MiB, 16 GiB].
 
@@ -242,9 +263,11 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
     """Exact ε-join: every pair of points within Euclidean distance ``eps``.
 
     A pair is reported iff its float64 squared distance (summed in dimension
-    order) is ``<= eps**2``: scipy cKDTree's convention, identical on every
-    method, partitioning and cluster size.  Self-join (``b=None``): pairs
-    ``i < j``, each once.  A×B: ``i`` indexes A, ``j`` indexes B.
+    order) is ``<= eps * eps`` (rounded in float64): the ``<=`` rule of
+    ``cKDTree.query_pairs``, with daskjoin's own summation order (see
+    docs/exactness.md for where scipy and scikit-learn can differ at the last
+    ulp), identical on every method, partitioning and cluster size.  Self-join
+    (``b=None``): pairs ``i < j``, each once.  A×B: ``i`` indexes A, ``j`` indexes B.
 
     Parameters
     ----------
@@ -296,23 +319,25 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
     if gpu_options is not None and not isinstance(gpu_options, dict):
         raise InputError(f"gpu_options must be a dict such as {{'threads_per_point': 4}}, got {gpu_options!r}")
     _gpu_options(gpu_options, method if method in GPU_OPTIONS else "auto")
-    if out is not None:
-        if output == "count":
-            raise InputError("output='count' returns a number; it cannot be combined with out=PATH")
-        out = check_output_path(out, overwrite)
+    if out is not None and output == "count":
+        raise InputError("output='count' returns a number; it cannot be combined with out=PATH")
     checked = check_join_inputs(a, b, eps=eps, method=method, partitioning=partitioning, backend=backend,
                                 memory_budget=memory_budget)
+    if out is not None:
+        out = check_output(out, overwrite, protected_paths(checked[1], checked[2]))
     client = resolve_client(client)
-    start = time.perf_counter()
-    plan = _plan(checked, method=method, partitioning=partitioning, backend=backend, client=client,
-                 gpu_options=gpu_options)
-    planned = time.perf_counter()
-    if output == "count":
-        return graph.count(plan, client, progress=progress)
+    plan_options = dict(method=method, partitioning=partitioning, backend=backend, client=client,
+                        gpu_options=gpu_options)
     if out is None:
+        plan = _plan(checked, **plan_options)
+        if output == "count":
+            return graph.count(plan, client, progress=progress)
         return graph.to_dataframe(plan, with_distance)
-    prepare_output(out, overwrite)
-    manifest = graph.write_parquet(plan, client, out, with_distance=with_distance, progress=progress)
+    with OutputRun(out, overwrite) as run:  # owned from before planning: a second writer fails at once
+        start = time.perf_counter()
+        plan = _plan(checked, **plan_options)
+        planned = time.perf_counter()
+        manifest = graph.write_parquet(plan, client, run, with_distance=with_distance, progress=progress)
     return JoinResult(
         path=out, pairs=manifest["rows"], files=len(manifest["files"]), plan_seconds=planned - start,
         run_seconds=time.perf_counter() - planned, plan=plan,

@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
+import signal
 import sys
+import threading
 import time
 
 EXAMPLES = {
@@ -51,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
         )
         if handler is not None:
             p.set_defaults(handler=handler)
+        p.add_argument("--verbose", action="store_true", help="on failure, print the full traceback too")
         return p
 
     def join_options(p: argparse.ArgumentParser, *, clusters: bool = False) -> None:
@@ -62,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--backend", default="auto",
                        help="auto (each task on its worker's GPU if CuPy sees one, else CPU), cpu or gpu (default: auto)")
         p.add_argument("--memory-budget", default=None, help="memory per task, e.g. 2GB (default: auto, a quarter of a worker's memory per thread)")
+        p.add_argument("--missing-chunks", choices=("error", "fill"), default=None,
+                       help="a chunk file missing from a Zarr input: error (default) or read it as the fill value")
         where = p.add_mutually_exclusive_group() if clusters else p
         where.add_argument("--scheduler", default=None, help="address of a running Dask scheduler (default: a local cluster)")
         if clusters:
@@ -133,9 +139,17 @@ def _client(args):
     return client
 
 
+def _missing_chunks(args) -> None:
+    """``--missing-chunks`` as dask config, read where inputs are opened."""
+    if getattr(args, "missing_chunks", None):
+        import dask.config
+
+        dask.config.set({"daskjoin.missing-chunks": args.missing_chunks})
+
+
 def _join(args) -> int:
     import daskjoin as dj
-    from .validation import InputError, check_output_path
+    from .validation import InputError
 
     if not args.count and not args.out:
         raise InputError("join needs --out PATH for the Parquet output, or --count to print the number of pairs")
@@ -143,9 +157,10 @@ def _join(args) -> int:
         raise InputError("--count prints a number and writes nothing: drop --out, or drop --count")
     common = dict(eps=args.eps, method=args.method, partitioning=args.partitioning, backend=args.backend,
                   memory_budget=args.memory_budget)
+    _missing_chunks(args)
+    _, src_a, src_b, _ = dj.api.check_join_inputs(args.a, args.b, **common)  # before any cluster is reached
     if args.out:
-        check_output_path(args.out, args.overwrite)
-    dj.api.check_join_inputs(args.a, args.b, **common)  # before any cluster is reached or started
+        dj.api.check_output(args.out, args.overwrite, dj.api.protected_paths(src_a, src_b))
     client = _client(args)
     start = time.perf_counter()
     if args.count:
@@ -167,6 +182,7 @@ def _plan(args) -> int:
 
     common = dict(eps=args.eps, method=args.method, partitioning=args.partitioning, backend=args.backend,
                   memory_budget=args.memory_budget)
+    _missing_chunks(args)
     dj.api.check_join_inputs(args.a, args.b, **common)
     plan = dj.plan_join(args.a, args.b, client=_client(args), **common)
     print(plan.explain())
@@ -205,25 +221,80 @@ def _info(args) -> int:
     return 0
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived: unwind like Ctrl-C, so the run's staging files and cluster are cleaned up."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` plus the notes tasks add (which partition failed)."""
+    text = str(exc).strip().splitlines()
+    line = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    notes = [n for n in getattr(exc, "__notes__", ()) if n]
+    return line + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def _log_traceback(exc: BaseException) -> str | None:
+    """Write the failure's traceback to a log file; its path, or None where none can be written."""
+    import tempfile
+    import traceback
+
+    path = os.path.join(tempfile.gettempdir(), f"daskjoin-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log")
+    try:
+        with open(path, "w") as f:
+            f.write(f"daskjoin {' '.join(sys.argv[1:])}\n")
+            traceback.print_exception(exc, file=f)
+    except OSError:
+        return None
+    return path
+
+
+def _quiet_shutdown() -> None:
+    """After an interrupt or failure nothing more is news: silence the cluster's shutdown chatter."""
+    import logging
+
+    for name in ("distributed", "asyncio", "tornado"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    from .execution.cluster import close_default, quiet_local_workers
     from .validation import InputError
 
+    quiet_local_workers()  # workers of a local cluster started here log errors only (their failures reach us)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
     try:
         return args.handler(args)
     except InputError as exc:
         print(f"daskjoin: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("daskjoin: interrupted", file=sys.stderr)
-        return 1
+    except (KeyboardInterrupt, Terminated) as exc:
+        _quiet_shutdown()
+        print("daskjoin: interrupted; nothing was committed" if args.command in ("join", "setjoin")
+              else "daskjoin: interrupted", file=sys.stderr)
+        return 130 if isinstance(exc, KeyboardInterrupt) else 143
     except Exception as exc:  # noqa: BLE001 - the CLI reports every failure in one line, exit 1
-        print(f"daskjoin: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        _quiet_shutdown()
+        log = _log_traceback(exc)
+        if getattr(args, "verbose", False):
+            import traceback
+
+            traceback.print_exception(exc, file=sys.stderr)
+        where = f"; traceback in {log}" if log else ""
+        print(f"daskjoin: failed: {_one_line(exc)}{where} (--verbose prints it)", file=sys.stderr)
         return 1
     finally:
-        from .execution.cluster import close_default
-
-        close_default()
+        try:
+            close_default()
+        except (KeyboardInterrupt, Terminated):  # a second Ctrl-C while closing: leave at once
+            pass
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

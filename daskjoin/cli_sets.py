@@ -26,6 +26,8 @@ def add_commands(sub, command) -> None:
     p.add_argument("--backend", default="auto", help="where candidates are verified: auto, cpu or gpu")
     p.add_argument("--partitions", type=int, default=None, help="size-range partitions (default: automatic)")
     p.add_argument("--memory-budget", default=None, help="memory per task, e.g. 2GB (default: auto)")
+    p.add_argument("--missing-chunks", choices=("error", "fill"), default=None,
+                   help="a chunk file missing from a set store: error (default) or read it as the fill value")
     p.add_argument("--scheduler", default=None, help="address of a running Dask scheduler (default: a local cluster)")
     p.add_argument("--out", help="output directory of Parquet files (required unless --count)")
     p.add_argument("--count", action="store_true", help="print the exact number of pairs; write nothing")
@@ -54,14 +56,17 @@ def add_commands(sub, command) -> None:
 
 def _setjoin(args) -> int:
     import daskjoin as dj
-    from .validation import InputError, check_output_path
+    from .cli import _missing_chunks
+    from .validation import InputError
 
+    _missing_chunks(args)
     if not args.count and not args.out:
         raise InputError("setjoin needs --out PATH for the Parquet output, or --count to print the number of pairs")
     if args.count and args.out:
         raise InputError("--count prints a number and writes nothing: drop --out, or drop --count")
     if args.out:
-        check_output_path(args.out, args.overwrite)
+        inputs = {f"input {name}": path for name, path in (("A", args.a), ("B", args.b)) if path is not None}
+        dj.api.check_output(args.out, args.overwrite, inputs)
     threshold = args.threshold
     if args.measure == "overlap" and float(threshold).is_integer():
         threshold = int(threshold)

@@ -16,6 +16,10 @@ DEFAULTS = {
         "numba-threads": None,
         # bytes of pairs one Parquet row group holds before a task writes it out
         "row-group-bytes": "128MiB",
+        # what a missing chunk file of a Zarr input (points or set store) means: "error" (a damaged
+        # store: DamagedStoreError naming the chunk) or "fill" (zarr's rule: the array's fill value,
+        # e.g. for stores written with write_empty_chunks=False); read when an input is opened
+        "missing-chunks": "error",
     }
 }
 

@@ -88,4 +88,78 @@ def check_output_path(path, overwrite: bool) -> str:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise InputError(f"the directory of output path {path!r} does not exist; create {parent!r} first")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write output path {path!r}: the directory {parent!r} is not writable "
+                         "(permission denied); choose a directory you can write to")
     return path
+
+
+def _within(inner: str, outer: str) -> bool:
+    return inner == outer or inner.startswith(outer.rstrip(os.sep) + os.sep)
+
+
+def check_output_apart(out, protected: dict) -> None:
+    """Refuse an output path equal to, inside, or containing any protected path (inputs and their caches).
+
+    ``protected`` maps a description (``"input A"``) to a path.  Paths are compared after
+    resolving symbolic links, whatever ``overwrite`` says: a join never writes into, or
+    replaces, what it reads.
+    """
+    target = os.path.realpath(os.fspath(out))
+    for what, path in protected.items():
+        if path is None:
+            continue
+        other = os.path.realpath(os.fspath(path))
+        if _within(target, other) or _within(other, target):
+            relation = "is" if target == other else ("lies inside" if _within(target, other) else "contains")
+            raise InputError(
+                f"output path {os.fspath(out)!r} {relation} {what} ({other!r}); a join never writes into or "
+                "replaces what it reads: choose an output path outside it"
+            )
+
+
+class DamagedStoreError(InputError):
+    """A Zarr store whose chunk is missing or unreadable (truncated, wrong size, undecodable).
+
+    ``store`` is the store's path and ``key`` the chunk's key inside it (e.g. ``c/5/0``),
+    where known.  An :class:`InputError`: the CLI exits with code 2.
+    """
+
+    def __init__(self, message: str, store: str | None = None, key: str | None = None):
+        super().__init__(message)
+        self.store = store
+        self.key = key
+
+    def __reduce__(self):  # raised on workers: keep store and key through pickling
+        return (type(self), (str(self), self.store, self.key))
+
+
+EXACT_INT_LIMIT = 2**53  # every integer of magnitude <= 2**53 is a float64
+
+
+def check_exact_integers(block, name: str, first_row: int = 0) -> None:
+    """Refuse int64/uint64 values of magnitude above 2**53: float64, which joins compute in, would round them.
+
+    Smaller integer types are always exact and pass without a look.  ``first_row`` is the
+    row of ``block[0]`` in the whole input (for the message).
+    """
+    block = np.asarray(block)
+    if block.dtype not in (np.int64, np.uint64) or block.size == 0:
+        return
+    limit = EXACT_INT_LIMIT
+    hi = int(block.max())
+    lo = int(block.min()) if block.dtype == np.int64 else 0
+    if hi <= limit and lo >= -limit:
+        return
+    flat = block.reshape(block.shape[0], -1) if block.ndim > 1 else block.reshape(-1, 1)
+    bad = flat > limit
+    if block.dtype == np.int64:
+        bad |= flat < -limit
+    row = int(np.flatnonzero(bad.any(axis=1))[0])
+    value = int(flat[row][bad[row]][0])
+    raise InputError(
+        f"{name} holds the {block.dtype} value {value} in row {first_row + row}, beyond ±2**53 "
+        f"(= {limit}): joins compute in float64, which cannot hold it exactly, so distances and pairs "
+        "would silently change; convert the input explicitly, accepting the rounding (e.g. "
+        "x.astype(np.float64)), or shift/rescale the values into ±2**53 first"
+    )

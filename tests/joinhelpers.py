@@ -60,3 +60,16 @@ def check_frame(df, *, selfjoin: bool, with_distance: bool = True):
     if selfjoin and len(df):
         bad = df[df["i"] >= df["j"]]
         assert bad.empty, f"self-join pairs with i >= j: {bad.head(10).values.tolist()}"
+
+
+def tree_bytes(path) -> dict:
+    """Every file under ``path``: relative name -> its bytes (to show a directory was left untouched)."""
+    import os
+
+    out = {}
+    for folder, _, files in os.walk(path):
+        for name in files:
+            full = os.path.join(folder, name)
+            with open(full, "rb") as f:
+                out[os.path.relpath(full, path)] = f.read()
+    return out

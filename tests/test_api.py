@@ -77,7 +77,9 @@ def zarr_inputs(tmp_path_factory):
             paths = []
             for side, arr in (("a", case.a), ("b", case.cross_b())):
                 rows = max(8, -(-arr.shape[0] // 7))
-                paths.append(write_zarr(root / f"{name}-{side}.zarr", arr, rows))
+                # every chunk written, all-zero ones too: a missing chunk is a damaged store by default
+                with zarr.config.set({"array.write_empty_chunks": True}):
+                    paths.append(write_zarr(root / f"{name}-{side}.zarr", arr, rows))
             made[name] = tuple(paths)
         return made[name]
 

@@ -144,11 +144,11 @@ def test_join_no_distance_and_overwrite(work, tmp_path, cluster):
     x = _load(work / "x.zarr")
     out = tmp_path / "p.parquet"
     out.mkdir()
-    (out / "old.txt").write_text("old")
+    (out / "part-00042.parquet").write_text("old")  # an old daskjoin output: replaced whole
     proc = run_cli(["join", work / "x.zarr", "--eps", "0.02", "--out", out, "--no-distance", "--overwrite",
                     "--scheduler", cluster.scheduler_address], tmp_path)
     assert proc.returncode == 0, _explain(proc)
-    assert not (out / "old.txt").exists()
+    assert not (out / "part-00042.parquet").exists()
     got, names = _read_parquet_dir(out)
     assert list(got.columns) == ["i", "j"]
     assert_same_pairs((got["i"].to_numpy(), got["j"].to_numpy(), None), oracle(x, None, 0.02))

@@ -108,13 +108,28 @@ def test_rerun_with_overwrite_is_byte_identical(client, tmp_path):
 
 
 def test_overwrite_replaces_old_contents(client, tmp_path):
+    """An old daskjoin output (stale parts, a killed task's temporary) is replaced whole."""
+    x = _data(4, 500)
+    out = tmp_path / "out.parquet"
+    out.mkdir()
+    (out / "part-00999.parquet").write_bytes(b"stale")
+    (out / ".part-00001.parquet.tmp-0123abcd").write_bytes(b"half")
+    result = dj.similarity_join(x, eps=0.05, out=out, overwrite=True, client=client)
+    _check_output_dir(out, result, oracle(x, None, 0.05)[0].size)
+    assert not [p for p in tmp_path.iterdir() if p.name != "out.parquet"], "leftovers beside the output"
+
+
+def test_overwrite_refuses_a_directory_daskjoin_did_not_write(client, tmp_path):
+    """overwrite never deletes data: a directory holding other files is refused and left as it was."""
     x = _data(4, 500)
     out = tmp_path / "out.parquet"
     out.mkdir()
     (out / "part-00999.parquet").write_bytes(b"stale")
     (out / "notes.txt").write_text("old")
-    result = dj.similarity_join(x, eps=0.05, out=out, overwrite=True, client=client)
-    _check_output_dir(out, result, oracle(x, None, 0.05)[0].size)
+    before = _snapshot(out)
+    with pytest.raises(dj.InputError, match="not a daskjoin output.*notes.txt"):
+        dj.similarity_join(x, eps=0.05, out=out, overwrite=True, client=client)
+    assert _snapshot(out) == before
 
 
 @pytest.mark.parametrize("existing", ["dir", "file", "empty_dir"])

@@ -155,10 +155,17 @@ def test_overwrite_and_refusals_leave_outputs_intact(client, stores, tmp_path):
                                progress=False)
     assert (out / "keep.txt").read_text() == "precious"
     assert not (tmp_path / "new.parquet").exists()
+    # overwrite replaces only a daskjoin output: a directory holding other files is refused, untouched
+    with pytest.raises(dj.InputError, match="not a daskjoin output"):
+        dj.set_similarity_join(stores["docs"], threshold=0.9, client=client, out=str(out), overwrite=True,
+                               progress=False)
+    assert (out / "keep.txt").read_text() == "precious"
+    (out / "keep.txt").unlink()
+    (out / "part-00007.parquet").write_text("an old part")
     docs = _parse_text(stores["docs_text"])
     res = dj.set_similarity_join(stores["docs"], threshold=0.9, client=client, out=str(out), overwrite=True,
                                  progress=False)
-    assert not (out / "keep.txt").exists()
+    assert not (out / "part-00007.parquet").exists() or res.files > 7
     got, names = _read_parts(out)
     expected = oracle_join_fast(docs, threshold=0.9, measure="jaccard")
     _check_manifest(out, names, len(expected))

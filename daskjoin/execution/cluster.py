@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import atexit
-import importlib.util
+import contextlib
 import logging
 import os
+import signal
+import threading
 
 logger = logging.getLogger(__name__)
 
@@ -13,21 +15,50 @@ _CONNECTED = {}
 
 
 def local_cluster_options() -> dict:
-    """One worker process, one task at a time: each task's Numba kernel uses every core."""
+    """One worker process, one task at a time: each task's Numba kernel uses every core.
+
+    The dashboard (or, without bokeh, the scheduler's HTTP endpoints) takes a free port: a
+    fixed 8787 that another cluster holds would only print a warning and move anyway.
+    """
     return {
         "n_workers": 1,
         "threads_per_worker": 1,
         "processes": True,
-        "dashboard_address": ":0" if importlib.util.find_spec("bokeh") else None,
+        "dashboard_address": ":0",
         "memory_limit": 0,
     }
+
+
+def quiet_local_workers() -> None:
+    """Workers of a local cluster started from now on log only critical events (unless the user set a level).
+
+    What they would log (a failed task's traceback, shutdown notices) reaches the caller
+    anyway, with the task's exception; used by the CLI, which prints one line and keeps the
+    traceback in a log file.  Spawned workers read the level from the environment.
+    """
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
+
+
+@contextlib.contextmanager
+def _workers_ignore_sigint():
+    """Worker processes spawned inside ignore SIGINT: Ctrl-C in a terminal reaches the whole
+    process group, and only the client should react (it closes the cluster itself)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _start_local():
     from distributed import Client, LocalCluster
 
     if "client" not in _DEFAULT:
-        cluster = LocalCluster(**local_cluster_options())
+        with _workers_ignore_sigint():
+            cluster = LocalCluster(**local_cluster_options())
         _DEFAULT["cluster"] = cluster
         _DEFAULT["client"] = Client(cluster, set_as_default=False)
         atexit.register(close_default)

@@ -57,10 +57,12 @@ def count(plan: Plan, client, *, progress: bool = False) -> int:
     return int(sum(wait_all(client, futures, progress=progress, desc="counting")))
 
 
-def write_parquet(plan: Plan, client, out: str, *, with_distance: bool = True, progress: bool = False) -> dict:
-    """Each partition to its own Parquet file, then the ``_SUCCESS`` manifest; returns the manifest."""
+def write_parquet(plan: Plan, client, run: parquet_out.OutputRun, *, with_distance: bool = True,
+                  progress: bool = False) -> dict:
+    """Each partition to its own Parquet file in ``run``'s staging directory, then the commit; returns the manifest."""
     start = time.perf_counter()
-    futures = _submit(client, partition_to_parquet, plan, job=JoinJob.from_plan(plan, with_distance), out_dir=out)
+    futures = _submit(client, partition_to_parquet, plan, job=JoinJob.from_plan(plan, with_distance),
+                      out_dir=run.staging)
     entries = wait_all(client, futures, progress=progress, desc="joining")
     extra = {
         "eps": plan.eps,
@@ -69,4 +71,4 @@ def write_parquet(plan: Plan, client, out: str, *, with_distance: bool = True, p
         "selfjoin": plan.selfjoin,
         "seconds": round(time.perf_counter() - start, 3),
     }
-    return parquet_out.write_manifest(out, entries, extra)
+    return run.commit(entries, extra)

@@ -6,17 +6,17 @@
    the task returns its count per bucket.
 3. Per bucket (parallel): its pieces gathered from every chunk, sorted by
    (key, row); the buckets are concatenated, rechunked and stored by dask.array.
-The group is written under a temporary name and renamed when complete.
+The group is written under a temporary name and renamed when complete (see :mod:`daskjoin.io.commit`);
+the caller holds the copy's lock (:func:`daskjoin.io.commit.build_once`).
 """
 from __future__ import annotations
 
-import os
-import shutil
 import uuid
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..io import commit
 from ..io.zarr_in import ZarrSource
 from ..planning.bounds import BlockStats
 from ..planning.sorted_copy import KEY_STRIDE, SortedCopy, open_sorted
@@ -97,13 +97,14 @@ def sort_zarr(source: ZarrSource, dim: int, stats: BlockStats, path: str, client
     nbuckets = len(bkeys) + 1
     chunk = source.chunk_rows
     tag = uuid.uuid4().hex[:8]
-    scratch = f"{path}.scratch-{tag}"
-    tmp = f"{path}.tmp-{tag}"
+    scratch = commit.temp_path(path, f"scratch-{tag}")
+    tmp = commit.temp_path(path, tag)
     try:
         group = zarr.open_group(scratch, mode="w")
-        group.create_array("points", shape=(n, d), chunks=(chunk, d), dtype=source.dtype)
-        group.create_array("ids", shape=(n,), chunks=(chunk,), dtype="int64")
-        group.create_array("keys", shape=(n,), chunks=(chunk,), dtype="float64")
+        full = {"write_empty_chunks": True}  # every chunk on disk: a missing one is damage, never zeros
+        group.create_array("points", shape=(n, d), chunks=(chunk, d), dtype=source.dtype, config=full)
+        group.create_array("ids", shape=(n,), chunks=(chunk,), dtype="int64", config=full)
+        group.create_array("keys", shape=(n,), chunks=(chunk,), dtype="float64", config=full)
         jobs = [
             _Scatter(source, scratch, dim, int(a), int(b), bkeys, brows)
             for a, b in zip(stats.starts[:-1], stats.starts[1:])
@@ -127,12 +128,14 @@ def sort_zarr(source: ZarrSource, dim: int, stats: BlockStats, path: str, client
         out = zarr.open_group(tmp, mode="w")
         out.attrs["daskjoin"] = {"kind": "sorted-copy", "dim": int(dim), "source": source.label, "n": int(n)}
         targets = [
-            out.create_array("points", shape=(n, d), chunks=(chunk, d), dtype=source.dtype, compressors=None),
-            out.create_array("ids", shape=(n,), chunks=(chunk,), dtype="int64"),
-            out.create_array("keys", shape=(n,), chunks=(chunk,), dtype="float64"),
+            out.create_array("points", shape=(n, d), chunks=(chunk, d), dtype=source.dtype, compressors=None,
+                             config=full),
+            out.create_array("ids", shape=(n,), chunks=(chunk,), dtype="int64", config=full),
+            out.create_array("keys", shape=(n,), chunks=(chunk,), dtype="float64", config=full),
         ]
         nindex = (n + KEY_STRIDE - 1) // KEY_STRIDE
-        targets.append(out.create_array("key_index", shape=(nindex,), chunks=(max(1, nindex),), dtype="float64"))
+        targets.append(out.create_array("key_index", shape=(nindex,), chunks=(max(1, nindex),), dtype="float64",
+                                        config=full))
         if n:
             points = da.concatenate(parts_p).rechunk((chunk, d))
             ids = da.concatenate(parts_i).rechunk((chunk,))
@@ -140,10 +143,8 @@ def sort_zarr(source: ZarrSource, dim: int, stats: BlockStats, path: str, client
             key_index = keys[::KEY_STRIDE].rechunk((max(1, nindex),))
             stored = da.store([points, ids, keys, key_index], targets, lock=False, compute=False)
             client.gather(client.compute(stored))
-        if os.path.exists(path):
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        commit.publish_dir(tmp, path, replace=True)  # an incomplete copy at ``path`` is replaced whole
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        commit.remove_path(scratch)
+        commit.remove_path(tmp)
     return open_sorted(path, dim)

@@ -145,21 +145,36 @@ def to_frame(i, j, dist) -> pd.DataFrame:
     return pd.DataFrame(cols, copy=False)
 
 
+def describe_part(part) -> str:
+    """Which partition a task ran, in the words of its plan: ``partition 3 (A rows [0, 1000) x rows [1000, 2000))``."""
+    first, second = (getattr(part, "a", None), getattr(part, "b", None)) if hasattr(part, "a") else \
+        (getattr(part, "r", None), getattr(part, "s", None))
+    rows = "" if first is None else f" (rows [{first[0]}, {first[1]})" + (
+        f" x [{second[0]}, {second[1]})" if second is not None else "") + ")"
+    return f"partition {getattr(part, 'index', '?')}{rows}"
+
+
 def _freeing_gpu_on_error(func):
-    """A failed task gives its cached GPU memory back, then raises its own error (no silent fallback)."""
+    """A failed task gives its cached GPU memory back and says which partition failed, then raises its own error.
+
+    The partition is added as a note on the exception (kept when it travels back to the
+    client), so one line can say what failed without a worker traceback.
+    """
     import functools
 
     @functools.wraps(func)
-    def run(*args, **kwargs):
+    def run(part, *args, **kwargs):
         try:
-            return func(*args, **kwargs)
-        except Exception:
+            return func(part, *args, **kwargs)
+        except Exception as exc:
             import sys
 
             if "cupy" in sys.modules:
                 from ..kernels.gpu_common import free_device_memory
 
                 free_device_memory()
+            if hasattr(exc, "add_note"):
+                exc.add_note(f"in {describe_part(part)}")
             raise
 
     return run

@@ -16,7 +16,7 @@ from numbers import Integral
 
 import numpy as np
 
-from ..validation import InputError, check_dtype, check_output_path, check_shape
+from ..validation import InputError, check_dtype, check_exact_integers, check_output_path, check_shape
 from .zarr_in import as_float
 from .zarr_out import ZarrPointsWriter, default_chunk_rows
 
@@ -164,6 +164,7 @@ def _open_npy(path: str, columns, chunk_rows) -> _Stream:
         for start in range(0, arr.shape[0], step):
             part = arr[start : start + step]
             part = np.array(part if whole else part[:, cols])  # copy out of the memory map
+            check_exact_integers(part, path, start)  # int64 beyond 2**53 would round in float64
             yield as_float(part)
 
     return _Stream(columns=cols, d=len(cols), dtype=_stored_dtype([arr.dtype]), blocks=blocks())
@@ -352,10 +353,14 @@ def _open_parquet(path: str, columns, chunk_rows) -> _Stream:
     step = _read_rows(chunk_rows, len(selected), dtype.itemsize)
 
     def blocks():
+        start = 0
         for batch in pf.iter_batches(batch_size=step, columns=selected):
             out = np.empty((batch.num_rows, len(selected)), dtype=dtype)
             for k in range(len(selected)):
-                out[:, k] = batch.column(k).to_numpy(zero_copy_only=False)
+                column = batch.column(k).to_numpy(zero_copy_only=False)
+                check_exact_integers(column, f"column {selected[k]!r} of {path}", start)  # before any rounding
+                out[:, k] = column
+            start += batch.num_rows
             yield out
 
     return _Stream(columns=selected, d=len(selected), dtype=dtype, blocks=blocks())
@@ -399,6 +404,7 @@ def _parquet_vectors(pf, name: str, type_, path: str, chunk_rows) -> _Stream:
                     f"{int(lengths[row])} values but the first vector has {d}; every point needs {d} coordinates"
                 )
             values = col.flatten().to_numpy(zero_copy_only=False)
+            check_exact_integers(values.reshape(-1, d), f"column {name!r} of {path}", offset)
             yield values.reshape(-1, d).astype(dtype, copy=False)
             offset += batch.num_rows
 

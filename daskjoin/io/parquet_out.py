@@ -1,23 +1,35 @@
-"""Parquet output with a commit protocol.
+"""Parquet output with a commit protocol: each run owns its output until it commits.
 
-Each partition goes to ``part-NNNNN.parquet`` (deterministic name), written under
-a temporary name in the same directory and renamed when complete, so a file
-that exists is whole, and a retried task rewrites the same bytes.  The
-``_SUCCESS`` manifest (JSON: files, row counts, total) is written last, the
-same way; a directory without it is incomplete.
+A run (:class:`OutputRun`) takes the output path's lock (a second writer fails at once,
+saying who holds it), writes every partition into its own staging directory (a hidden
+sibling named after its run id), and commits by moving that directory into place only
+when every part file its tasks reported is there with the reported size and nothing
+else is.  ``_SUCCESS`` (JSON: run id, files, row counts, total) is written last inside the
+staging directory, so a directory with ``_SUCCESS`` at the output path is always one
+run's complete output.  With ``overwrite`` the previous output stays readable until the
+new one replaces it (see :func:`daskjoin.io.commit.publish_dir`).  A killed run leaves
+only its staging directory, which the next run to the same path removes.
+
+Part files have deterministic names (``part-NNNNN.parquet``) and are written under a
+temporary name and renamed, so a retried task rewrites the same file.
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
+import socket
+import time
 import uuid
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..validation import InputError
+from . import commit
+
 SUCCESS = "_SUCCESS"
+PART_PREFIX = "part-"
 
 
 DISTANCE = ("dist", "float32")
@@ -32,12 +44,7 @@ def schema(value: tuple | None = DISTANCE) -> pa.Schema:
 
 
 def part_name(index: int) -> str:
-    return f"part-{index:05d}.parquet"
-
-
-def _atomic_path(final: str) -> str:
-    folder, name = os.path.split(final)
-    return os.path.join(folder, f".{name}.tmp-{uuid.uuid4().hex[:8]}")
+    return f"{PART_PREFIX}{index:05d}.parquet"
 
 
 def write_partition(out_dir: str, index: int, batches, with_distance: bool = True, *,
@@ -45,15 +52,14 @@ def write_partition(out_dir: str, index: int, batches, with_distance: bool = Tru
     """Write the (i, j, value) ``batches`` of partition ``index`` as one file, one row group per batch.
 
     ``value`` names the third column and its dtype (the ε-join's float32 ``dist`` by default);
-    ``with_distance=False`` drops it.
+    ``with_distance=False`` drops it.  Returns the manifest entry: file name, rows and bytes.
     """
     final = os.path.join(out_dir, part_name(index))
-    tmp = _atomic_path(final)
     if not with_distance:
         value = None
     sch = schema(value)
     rows = 0
-    try:
+    with commit.atomic_file(final) as tmp:
         with pq.ParquetWriter(tmp, sch, compression="snappy") as writer:
             for i, j, dist in batches:
                 cols = [pa.array(np.asarray(i, np.int64)), pa.array(np.asarray(j, np.int64))]
@@ -62,37 +68,131 @@ def write_partition(out_dir: str, index: int, batches, with_distance: bool = Tru
                 if len(i):
                     writer.write_table(pa.Table.from_arrays(cols, schema=sch))
                 rows += len(i)
-        os.replace(tmp, final)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return {"file": part_name(index), "rows": int(rows)}
+        size = os.path.getsize(tmp)
+    return {"file": part_name(index), "rows": int(rows), "bytes": int(size)}
 
 
-def prepare_output(path: str, overwrite: bool) -> None:
-    """Create the output directory (replacing an old one only when ``overwrite``); validated beforehand."""
-    if os.path.exists(path):
-        if not overwrite:
-            raise FileExistsError(path)
-        success = os.path.join(path, SUCCESS)
-        if os.path.exists(success):
-            os.remove(success)  # first, so a crash below never leaves the old output looking complete
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        else:
-            os.remove(path)
-    os.makedirs(path)
+def is_output_entry(name: str) -> bool:
+    """Whether a directory entry is something a daskjoin Parquet output (or a killed run of one) holds."""
+    return (name == SUCCESS or (name.startswith(PART_PREFIX) and name.endswith(".parquet"))
+            or commit.TEMP_MARK in name)
 
 
-def write_manifest(path: str, entries: list[dict], extra: dict | None = None) -> dict:
-    entries = sorted(entries, key=lambda e: e["file"])
-    manifest = {"files": entries, "rows": int(sum(e["rows"] for e in entries)), **(extra or {})}
-    final = os.path.join(path, SUCCESS)
-    tmp = _atomic_path(final)
-    with open(tmp, "w") as f:
-        json.dump(manifest, f, indent=1, sort_keys=True)
-    os.replace(tmp, final)
-    return manifest
+def check_replaceable(path: str) -> None:
+    """Refuse to replace a directory that holds files daskjoin did not write (overwrite never deletes data)."""
+    if not os.path.isdir(path):
+        return
+    foreign = sorted(name for name in os.listdir(path) if not is_output_entry(name))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise InputError(
+            f"output path {path!r} exists and is not a daskjoin output (it holds {shown}); overwrite replaces "
+            "only daskjoin outputs: remove it yourself or choose another path"
+        )
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise InputError(f"output path {path!r} exists and cannot be replaced (permission denied)")
+
+
+class OutputBusy(InputError):
+    """Another run is writing the same output path."""
+
+
+class OutputRun:
+    """One run's ownership of an output directory, from its start to its commit (or abort).
+
+    Use as a context manager: leaving it with an exception aborts (the staging directory
+    is removed, the old output, if any, is untouched); :meth:`commit` publishes.
+    """
+
+    def __init__(self, path: str, overwrite: bool):
+        self.path = os.path.abspath(path)
+        self.overwrite = bool(overwrite)
+        self.run_id = uuid.uuid4().hex[:12]
+        self.staging = commit.temp_path(self.path, f"run-{self.run_id}")
+        note = json.dumps({"run": self.run_id, "pid": os.getpid(), "host": socket.gethostname(),
+                           "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+        self._lock = commit.FileLock(commit.lock_path(self.path), blocking=False, note=note)
+        self._open = False
+
+    def __enter__(self) -> "OutputRun":
+        try:
+            self._lock.acquire()
+        except commit.LockBusy as exc:
+            raise OutputBusy(
+                f"output path {self.path!r} is being written by another daskjoin run ({_holder(exc)}); "
+                "wait for it to finish or choose another path"
+            ) from None
+        try:
+            if os.path.lexists(self.path):  # looked at again now that no one else can commit
+                if not self.overwrite:
+                    raise InputError(f"output path {self.path!r} already exists (another run wrote it meanwhile); "
+                                     "choose another path or pass overwrite=True")
+                check_replaceable(self.path)
+            commit.remove_temps(self.path)  # staging directories of killed runs
+            os.mkdir(self.staging)
+        except BaseException:
+            self._lock.release()
+            raise
+        self._open = True
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._open:
+            self.abort()
+
+    def abort(self) -> None:
+        """Forget this run's output: its staging directory goes, the old output stays."""
+        self._open = False
+        try:
+            commit.remove_path(self.staging)
+        finally:
+            self._lock.release()
+
+    def commit(self, entries: list[dict], extra: dict | None = None) -> dict:
+        """Check the staging directory against ``entries``, write ``_SUCCESS``, publish; return the manifest."""
+        entries = sorted(entries, key=lambda e: e["file"])
+        self._verify(entries)
+        manifest = {"run": self.run_id, "files": [{"file": e["file"], "rows": e["rows"]} for e in entries],
+                    "rows": int(sum(e["rows"] for e in entries)), **(extra or {})}
+        commit.write_bytes(os.path.join(self.staging, SUCCESS),
+                           json.dumps(manifest, indent=1, sort_keys=True).encode())
+        commit.publish_dir(self.staging, self.path, replace=self.overwrite)
+        self._open = False
+        self._lock.release()
+        return manifest
+
+    def _verify(self, entries: list[dict]) -> None:
+        """Exactly the reported parts, each the size its task reported; leftovers of killed tasks removed."""
+        expected = {e["file"]: e.get("bytes") for e in entries}
+        if len(expected) != len(entries):
+            raise RuntimeError(f"two tasks reported the same part file for {self.path!r}; nothing was committed")
+        found = set()
+        for name in os.listdir(self.staging):
+            full = os.path.join(self.staging, name)
+            if commit.TEMP_MARK in name:
+                commit.remove_path(full)  # a task killed mid-write (its retry wrote the part)
+            elif name in expected:
+                found.add(name)
+                size = os.path.getsize(full)
+                if expected[name] is not None and size != expected[name]:
+                    raise RuntimeError(f"part file {name} of {self.path!r} has {size} bytes, its task wrote "
+                                       f"{expected[name]}; nothing was committed")
+            else:
+                raise RuntimeError(f"unexpected file {name} in the output of this run ({self.path!r}); "
+                                   "nothing was committed")
+        missing = sorted(set(expected) - found)
+        if missing:
+            raise RuntimeError(f"part files {missing[:5]} of {self.path!r} are missing; nothing was committed")
+
+
+def _holder(exc: commit.LockBusy) -> str:
+    try:
+        info = json.loads(exc.holder) if exc.holder else {}
+    except ValueError:
+        info = {}
+    if not info:
+        return "its lock file is held"
+    return f"run {info.get('run')}, pid {info.get('pid')} on {info.get('host')}, started {info.get('started')}"
 
 
 def read_manifest(path: str) -> dict:

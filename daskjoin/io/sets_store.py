@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import functools
 import os
-import secrets
 from dataclasses import dataclass
 from numbers import Integral
 
 import numpy as np
 
 from ..validation import InputError, check_output_path
-from .zarr_out import _remove_path
+from . import commit
 
 FORMAT_VERSION = 1
 TOKENS_CHUNK = 1 << 20  # elements per chunk of `tokens` (4 MiB of int32)
@@ -221,21 +220,12 @@ def check_collection(c: SetCollection, where: str) -> None:
 
 # -- the Zarr store -----------------------------------------------------------
 def _commit(tmp: str, path: str, overwrite: bool) -> None:
-    if os.path.lexists(path):
-        if not overwrite:
-            raise InputError(
-                f"output path {path!r} appeared while it was being written; choose another path or pass overwrite=True"
-            )
-        old = f"{path}.old-{secrets.token_hex(6)}"
-        os.rename(path, old)
-        try:
-            os.rename(tmp, path)
-        except BaseException:
-            os.rename(old, path)
-            raise
-        _remove_path(old)
-    else:
-        os.rename(tmp, path)
+    try:
+        commit.publish_dir(tmp, path, replace=overwrite)
+    except FileExistsError:
+        raise InputError(
+            f"output path {path!r} appeared while it was being written; choose another path or pass overwrite=True"
+        ) from None
 
 
 def write_sets(coll: SetCollection, path, overwrite: bool = False, *, attrs: dict | None = None) -> str:
@@ -276,7 +266,7 @@ def write_sets(coll: SetCollection, path, overwrite: bool = False, *, attrs: dic
     kind = coll.vocab_kind
     meta = {**(attrs or {}), "kind": "sets", "version": FORMAT_VERSION, "n_sets": len(coll),
             "n_tokens": coll.n_tokens, "vocab_kind": kind}
-    tmp = f"{path}.tmp-{secrets.token_hex(6)}"
+    tmp = commit.temp_path(path)
     try:
         group = zarr.open_group(store=tmp, mode="w", zarr_format=3, attributes={"daskjoin": meta})
         vocab = coll.vocab.astype(object) if kind == "str" else coll.vocab.astype(np.int64)
@@ -295,13 +285,14 @@ def write_sets(coll: SetCollection, path, overwrite: bool = False, *, attrs: dic
                 chunks=(max(1, min(chunk, data.shape[0])),),
                 compressors=None,
                 fill_value="" if string else 0,
+                config={"write_empty_chunks": True},  # a missing chunk file then always means damage
             )
             if data.shape[0]:
                 arr[:] = data
         _commit(tmp, path, overwrite)
     except BaseException:
         if os.path.lexists(tmp):
-            _remove_path(tmp)
+            commit.remove_path(tmp)
         raise
     return path
 
@@ -382,19 +373,71 @@ def _open_store_cached(path: str, stamp: tuple):
     return _open_store(path)
 
 
+def _unwritten_zero_chunk(path: str, meta: dict, arrays: dict, name: str):
+    """Which missing chunks of array ``name`` may be ones zarr never wrote because they were all 0.
+
+    :func:`write_sets` leaves zarr's ``write_empty_chunks=False``: a chunk all equal to the fill
+    value 0 is not written.  The layout's invariants say when that can be: ids and vocab are
+    unique (a 1-entry chunk at most), rank 0 is held by ``freq[0]`` sets (at most that many
+    0 tokens), offsets and freq are non-decreasing from >= 0 (all earlier chunks are 0 too)
+    and end at, or sum to, n_tokens.  Any other missing chunk is damage.
+    """
+    from .zarr_in import chunk_grid
+
+    grid = chunk_grid(os.path.join(path, name))
+
+    def allowed(index) -> bool:
+        lo, hi = grid.rows(index)
+        if name in ("ids", "vocab"):
+            return hi - lo <= 1
+        if name == "tokens":
+            freq = arrays["freq"]
+            return freq.shape[0] > 0 and hi - lo <= int(np.asarray(freq[0:1])[0])
+        # offsets, freq: non-decreasing from >= 0, so an all-0 chunk has only all-0 (unwritten) chunks
+        # before it; and both end at or sum to n_tokens, so a last chunk of 0s means no tokens at all
+        if hi == arrays[name].shape[0] and meta["n_tokens"] != 0:
+            return False
+        return not any(os.path.exists(grid.path((k,))) for k in range(index[0]))
+
+    return None if grid is None else allowed
+
+
+def _read_array(path: str, meta: dict, arrays: dict, name: str, lo: int, hi: int, missing_chunks: str) -> np.ndarray:
+    """Entries ``[lo, hi)`` of one array of the store; a missing or undecodable chunk is a DamagedStoreError."""
+    from .zarr_in import read_rows
+
+    return read_rows(arrays[name], path, name, lo, hi, missing_chunks,
+                     allow_missing=_unwritten_zero_chunk(path, meta, arrays, name))
+
+
+def _mode(missing_chunks: str | None) -> str:
+    from .zarr_in import MISSING_CHUNKS, missing_chunks_mode
+
+    if missing_chunks is None:
+        return missing_chunks_mode()
+    if missing_chunks not in MISSING_CHUNKS:
+        raise InputError(f"missing_chunks must be 'error' or 'fill', got {missing_chunks!r}")
+    return missing_chunks
+
+
 def _as_vocab(data, kind: str) -> np.ndarray:
     data = np.asarray(data)
     return data.astype(object) if kind == "str" else data.astype(np.int64, copy=False)
 
 
-def open_sets(path) -> SetCollection:
+def open_sets(path, *, missing_chunks: str | None = None) -> SetCollection:
     """Read a whole set store into memory, checking its layout.
+
+    ``missing_chunks``: what a missing chunk file means, ``"error"`` or ``"fill"`` (zarr's
+    fill value); default the dask config ``daskjoin.missing-chunks`` (``"error"``).
 
     Raises
     ------
     InputError
         A missing path, a Zarr group that is not a set store, or a damaged
         store (wrong dtypes, lengths, offsets, ranks or order).
+    DamagedStoreError
+        A chunk file that is missing or cannot be decoded (an InputError too).
 
     Examples
     --------
@@ -406,8 +449,9 @@ def open_sets(path) -> SetCollection:
     (2, ['a', 'b'], True)
     """
     path = os.path.abspath(os.fspath(path))
+    mode = _mode(missing_chunks)
     meta, arrays = _open_store(path)
-    data = {name: np.asarray(arr[:]) for name, arr in arrays.items()}
+    data = {name: _read_array(path, meta, arrays, name, 0, arr.shape[0], mode) for name, arr in arrays.items()}
     coll = SetCollection(
         tokens=data["tokens"],
         offsets=data["offsets"],
@@ -435,12 +479,14 @@ def is_set_store(path) -> bool:
         return False
 
 
-def read_sets_range(path, lo: int, hi: int) -> SetCollection:
+def read_sets_range(path, lo: int, hi: int, *, missing_chunks: str | None = None) -> SetCollection:
     """Read stored sets ``lo .. hi-1`` only: the needed slices of ``tokens``, ``offsets`` and ``ids``.
 
     For tasks that each handle a range of sets. The vocabulary is *not* read:
     ``vocab`` and ``freq`` of the result are empty arrays (``original_tokens``
-    is then unavailable). The opened store is cached per process.
+    is then unavailable). The opened store is cached per process. A missing chunk
+    file is a :class:`~daskjoin.validation.DamagedStoreError` unless ``missing_chunks``
+    (default: this process's dask config ``daskjoin.missing-chunks``) is ``"fill"``.
 
     Examples
     --------
@@ -452,6 +498,7 @@ def read_sets_range(path, lo: int, hi: int) -> SetCollection:
     ([0, 2, 5], [1, 2, 0, 1, 2], [1, 2], (0,))
     """
     path = os.path.abspath(os.fspath(path))
+    mode = _mode(missing_chunks)
     try:
         stamp = _store_stamp(path)
     except OSError:
@@ -463,10 +510,17 @@ def read_sets_range(path, lo: int, hi: int) -> SetCollection:
             raise InputError(f"{name} must be an integer, got {value!r}")
     if not 0 <= lo <= hi <= n:
         raise InputError(f"need 0 <= lo <= hi <= {n} (the sets of {path!r}), got lo={lo}, hi={hi}")
-    offsets = np.asarray(arrays["offsets"][lo : hi + 1], dtype=np.int64)
+    offsets = np.asarray(_read_array(path, meta, arrays, "offsets", lo, hi + 1, mode), dtype=np.int64)
     a, b = int(offsets[0]), int(offsets[-1])
-    tokens = np.asarray(arrays["tokens"][a:b], dtype=np.int32) if b > a else np.empty(0, np.int32)
-    ids = np.asarray(arrays["ids"][lo:hi], dtype=np.int64) if hi > lo else np.empty(0, np.int64)
+    if not 0 <= a <= b <= meta["n_tokens"]:
+        raise InputError(
+            f"set store {path!r}: offsets[{lo}:{hi + 1}] run from {a} to {b}, outside 0 .. n_tokens "
+            f"({meta['n_tokens']}) or decreasing; the store is damaged, re-import it"
+        )
+    tokens = (np.asarray(_read_array(path, meta, arrays, "tokens", a, b, mode), dtype=np.int32) if b > a
+              else np.empty(0, np.int32))
+    ids = (np.asarray(_read_array(path, meta, arrays, "ids", lo, hi, mode), dtype=np.int64) if hi > lo
+           else np.empty(0, np.int64))
     return SetCollection(
         tokens=tokens,
         offsets=offsets - a,
@@ -477,7 +531,15 @@ def read_sets_range(path, lo: int, hi: int) -> SetCollection:
     )
 
 
-def read_vocab(path) -> tuple[np.ndarray, np.ndarray, str]:
+def read_offsets(path, *, missing_chunks: str | None = None) -> np.ndarray:
+    """The ``offsets`` array of the set store at ``path`` (int64, n_sets + 1 entries), read with the chunk checks."""
+    path = os.path.abspath(os.fspath(path))
+    mode = _mode(missing_chunks)
+    meta, arrays = _open_store(path)
+    return np.asarray(_read_array(path, meta, arrays, "offsets", 0, arrays["offsets"].shape[0], mode), np.int64)
+
+
+def read_vocab(path, *, missing_chunks: str | None = None) -> tuple[np.ndarray, np.ndarray, str]:
     """(vocab, freq, vocab kind) of the set store at ``path``, without reading its sets.
 
     What aligning a store for an R x S join needs (:func:`daskjoin.io.sets_prepare.common_ranking`).
@@ -492,13 +554,14 @@ def read_vocab(path) -> tuple[np.ndarray, np.ndarray, str]:
     (['a', 'b'], [1, 2], 'str')
     """
     path = os.path.abspath(os.fspath(path))
+    mode = _mode(missing_chunks)
     meta, arrays = _open_store(path)
-    freq = np.asarray(arrays["freq"][:], dtype=np.int64)
-    vocab = _as_vocab(arrays["vocab"][:], meta["vocab_kind"])
+    freq = np.asarray(_read_array(path, meta, arrays, "freq", 0, arrays["freq"].shape[0], mode), dtype=np.int64)
+    vocab = _as_vocab(_read_array(path, meta, arrays, "vocab", 0, arrays["vocab"].shape[0], mode), meta["vocab_kind"])
     if vocab.shape != freq.shape or np.any(np.diff(freq) < 0):
         raise InputError(f"set store {path!r}: vocab and freq must be of one length, freq non-decreasing")
     return vocab, freq, meta["vocab_kind"]
 
 
-__all__ = ["SetCollection", "check_collection", "is_set_store", "open_sets", "read_sets_range", "read_vocab",
-           "write_sets"]
+__all__ = ["SetCollection", "check_collection", "is_set_store", "open_sets", "read_offsets", "read_sets_range",
+           "read_vocab", "write_sets"]

@@ -7,10 +7,17 @@ Reading rows: an uncompressed Zarr v3 array of whole-row chunks (what
 ``daskjoin import`` and ``daskjoin synth`` write) is read straight from its
 chunk files into one preallocated array, chunks in parallel (:func:`read_raw`);
 anything else goes through zarr.  Both give the same values.
+
+Damaged stores: a chunk file that is missing, of the wrong size or undecodable raises
+:class:`~daskjoin.validation.DamagedStoreError` naming the store and the chunk key.
+Zarr's own rule (a missing chunk reads as the fill value) applies only where the dask
+config ``daskjoin.missing-chunks`` is ``"fill"`` when the input is opened.  Integer
+inputs are checked to be exact in float64 (magnitudes up to 2**53).
 """
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import sys
@@ -19,10 +26,24 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..validation import InputError, check_dtype, check_shape
+from .. import config
+from ..validation import DamagedStoreError, InputError, check_dtype, check_exact_integers, check_shape
 
 DEFAULT_MEMORY_CHUNK_ROWS = 1 << 16
 METADATA_FILES = ("zarr.json", ".zarray")
+MISSING_CHUNKS = ("error", "fill")
+
+
+def missing_chunks_mode() -> str:
+    """The dask config ``daskjoin.missing-chunks`` of this process: "error" (default) or "fill"."""
+    value = config.get("missing-chunks")
+    mode = value.strip().lower() if isinstance(value, str) else value
+    if mode not in MISSING_CHUNKS:
+        raise InputError(
+            f"dask config daskjoin.missing-chunks must be 'error' or 'fill', got {value!r}; "
+            "set it with dask.config.set({'daskjoin.missing-chunks': 'fill'}) or DASK_DASKJOIN__MISSING_CHUNKS=fill"
+        )
+    return mode
 
 
 def metadata_token(folder: str) -> tuple | None:
@@ -52,6 +73,11 @@ class ZarrSource:
     shape: tuple
     dtype: str
     chunk_rows: int
+    # what a missing chunk file means: "error" (DamagedStoreError) or "fill" (zarr's fill value).
+    # open_points sets it from the client's daskjoin.missing-chunks (default "error"); the
+    # default here is zarr's rule, for arrays daskjoin writes itself (sorted copies), whose
+    # all-fill chunks zarr leaves unwritten
+    missing_chunks: str = "fill"
 
     @property
     def n(self) -> int:
@@ -75,10 +101,15 @@ class ZarrSource:
 
         ``empty(shape, dtype)`` allocates the result where the rows are read straight from
         the chunk files (e.g. pinned host memory for a GPU task); default ``numpy.empty``.
+
+        Raises :class:`~daskjoin.validation.DamagedStoreError` for a chunk that is missing
+        (unless ``missing_chunks == "fill"``), of the wrong size or undecodable, and
+        :class:`~daskjoin.validation.InputError` for integers beyond 2**53.
         """
         block = read_raw(self, start, stop, empty)
         if block is None:
-            block = np.asarray(self.array()[start:stop])
+            block = read_rows(self.array(), self.store_path, self.array_path, start, stop, self.missing_chunks)
+        check_exact_integers(block, self.label, start)
         return as_float(block)
 
 
@@ -114,7 +145,10 @@ Source = ZarrSource | MemorySource
 
 
 def as_float(block: np.ndarray) -> np.ndarray:
-    """float32/float64 kept as they are; other real dtypes become float64 (exact for |ints| < 2**53)."""
+    """float32/float64 kept as they are; other real dtypes become float64 (exact for |ints| <= 2**53).
+
+    Callers check int64/uint64 inputs with :func:`~daskjoin.validation.check_exact_integers` first.
+    """
     if block.dtype in (np.float32, np.float64):
         return block
     return block.astype(np.float64)
@@ -161,20 +195,23 @@ def parse_raw_layout(folder: str, meta: dict, shape: tuple, dtype: str, chunk_ro
     return RawLayout(folder, int(chunk_rows), int(shape[1]) * np.dtype(dtype).itemsize, prefix, separator)
 
 
-_METADATA: dict = {}  # (folder, metadata token) -> parsed zarr.json; plain dict operations only (threads)
+_METADATA: dict = {}  # (folder, metadata token) -> parsed zarr.json / .zarray; plain dict operations only (threads)
 _MISSING = object()
 
 
-def array_metadata(folder: str) -> dict | None:
-    """The parsed ``zarr.json`` of the v3 array in ``folder`` (parsed again only when the file changes), or None."""
+def stored_metadata(folder: str) -> dict | None:
+    """The parsed metadata file (``zarr.json`` or ``.zarray``) of the array in ``folder``, or None.
+
+    Parsed again only when the file changes (its :func:`metadata_token`).
+    """
     token = metadata_token(folder)
-    if token is None or token[0] != "zarr.json":
+    if token is None:
         return None
     key = (folder, token)
     meta = _METADATA.get(key, _MISSING)
     if meta is _MISSING:
         try:
-            with open(os.path.join(folder, "zarr.json"), "rb") as f:
+            with open(os.path.join(folder, token[0]), "rb") as f:
                 meta = json.load(f)
         except (OSError, ValueError):
             return None
@@ -183,6 +220,12 @@ def array_metadata(folder: str) -> dict | None:
             _METADATA.clear()
         _METADATA[key] = meta
     return meta
+
+
+def array_metadata(folder: str) -> dict | None:
+    """The parsed ``zarr.json`` of the v3 array in ``folder`` (parsed again only when the file changes), or None."""
+    meta = stored_metadata(folder)
+    return meta if meta is not None and meta.get("zarr_format") == 3 else None
 
 
 def _key_format(meta: dict) -> tuple[str, str] | None:
@@ -205,25 +248,184 @@ def raw_layout(source: "ZarrSource") -> RawLayout | None:
     return None if meta is None else parse_raw_layout(source.label, meta, source.shape, source.dtype, source.chunk_rows)
 
 
+@dataclass(frozen=True)
+class ChunkGrid:
+    """Where the chunk files of an array on a regular grid are: one file per chunk (per shard if sharded)."""
+
+    folder: str
+    shape: tuple
+    chunks: tuple  # chunk shape (shard shape for sharded v3 arrays)
+    prefix: str
+    separator: str
+
+    def key(self, index: tuple) -> str:
+        """The chunk's key inside the array, e.g. ``c/5/0`` (v3), ``5.0`` (v2)."""
+        return self.prefix + self.separator.join(str(i) for i in index)
+
+    def path(self, index: tuple) -> str:
+        return os.path.join(self.folder, *self.key(index).split("/"))
+
+    def rows(self, index: tuple) -> tuple[int, int]:
+        """The rows (first axis) ``[lo, hi)`` that chunk ``index`` holds."""
+        size = self.chunks[0]
+        return index[0] * size, min(self.shape[0], (index[0] + 1) * size)
+
+    def covering(self, start: int, stop: int) -> list[tuple]:
+        """The indices of the chunks holding rows ``[start, stop)`` (all columns), in grid order."""
+        if stop <= start or not self.shape or min(self.shape) <= 0:
+            return []
+        ranges = [range(start // self.chunks[0], (stop - 1) // self.chunks[0] + 1)]
+        ranges += [range(-(-s // c)) for s, c in zip(self.shape[1:], self.chunks[1:])]
+        return list(itertools.product(*ranges))
+
+
+def chunk_grid(folder: str) -> ChunkGrid | None:
+    """The :class:`ChunkGrid` of the v3 or v2 array in ``folder``, or None where its layout is not known."""
+    meta = stored_metadata(folder)
+    if meta is None:
+        return None
+    if meta.get("zarr_format") == 3:
+        if meta.get("node_type") != "array" or meta.get("storage_transformers"):
+            return None
+        grid = meta.get("chunk_grid") or {}
+        chunks = (grid.get("configuration") or {}).get("chunk_shape") or ()
+        key = _key_format(meta)
+        if grid.get("name") != "regular" or key is None:
+            return None
+        prefix, separator = key
+    elif meta.get("zarr_format") == 2:
+        chunks = meta.get("chunks") or ()
+        separator = meta.get("dimension_separator") or "."
+        prefix = ""
+        if separator not in ("/", "."):
+            return None
+    else:
+        return None
+    shape = meta.get("shape") or ()
+    try:
+        shape, chunks = tuple(int(s) for s in shape), tuple(int(c) for c in chunks)
+    except (TypeError, ValueError):
+        return None
+    if not shape or len(chunks) != len(shape) or min(chunks) < 1:
+        return None
+    return ChunkGrid(folder, shape, chunks, prefix, separator)
+
+
 def chunk_files(source: "ZarrSource") -> list[str] | None:
-    """The path of every chunk (or shard) file of a v3 array on a regular grid, in grid order; None if unknown."""
-    meta = array_metadata(source.label)
-    if meta is None or meta.get("zarr_format") != 3 or meta.get("storage_transformers"):
+    """The path of every chunk (or shard) file of a 2-D v3 or v2 array on a regular grid, in grid order.
+
+    None where the layout is not known.
+    """
+    grid = chunk_grid(source.label)
+    if grid is None or len(grid.shape) != 2:
         return None
-    grid = meta.get("chunk_grid") or {}
-    chunks = list((grid.get("configuration") or {}).get("chunk_shape") or ())
-    shape = list(meta.get("shape") or ())
-    key = _key_format(meta)
-    if grid.get("name") != "regular" or key is None or len(chunks) != 2 or len(shape) != 2 or min(chunks) < 1:
-        return None
-    prefix, sep = key
-    base = source.label + os.sep + prefix
-    nrow, ncol = -(-shape[0] // chunks[0]), -(-shape[1] // chunks[1])
-    return [f"{base}{i}{sep}{j}" for i in range(nrow) for j in range(ncol)]
+    return [grid.path(index) for index in grid.covering(0, grid.shape[0])]
 
 
-class _NotRaw(Exception):
-    """A chunk file is missing or not the expected size: read through zarr instead."""
+# --------------------------------------------------------------------------- damaged stores
+
+
+def _chunk_name(array_path: str, grid: ChunkGrid, index: tuple) -> str:
+    """The chunk's key inside the store: ``c/5/0``, or ``points/c/5/0`` for an array inside a group."""
+    key = grid.key(index)
+    return f"{array_path.strip('/')}/{key}" if array_path.strip("/") else key
+
+
+def _where(grid: ChunkGrid, index: tuple) -> str:
+    lo, hi = grid.rows(index)
+    what = "rows" if len(grid.shape) > 1 else "entries"
+    return f"{what} {lo}..{hi - 1}" if hi > lo else what
+
+
+_RESTORE = "restore that file (from a backup, or copy the store again) or re-create the store"
+
+
+def missing_chunk_error(store: str, array_path: str, grid: ChunkGrid, index: tuple) -> DamagedStoreError:
+    key = _chunk_name(array_path, grid, index)
+    return DamagedStoreError(
+        f"damaged Zarr store {store!r}: chunk {key!r} ({_where(grid, index)}) is missing (no file "
+        f"{grid.path(index)!r}); {_RESTORE}; if missing chunks are meant to read as the array's fill value "
+        "(zarr's rule, e.g. a store written with write_empty_chunks=False), set the dask config "
+        "daskjoin.missing-chunks to 'fill' (DASK_DASKJOIN__MISSING_CHUNKS=fill)",
+        store, key,
+    )
+
+
+def bad_chunk_error(store: str, array_path: str, grid: ChunkGrid, index: tuple, found: str) -> DamagedStoreError:
+    key = _chunk_name(array_path, grid, index)
+    return DamagedStoreError(
+        f"damaged Zarr store {store!r}: chunk {key!r} ({_where(grid, index)}) {found}; {_RESTORE}", store, key,
+    )
+
+
+def missing_file_error(source: "ZarrSource", k: int) -> DamagedStoreError:
+    """The error for the ``k``-th file of :func:`chunk_files` (``source``) being missing."""
+    grid = chunk_grid(source.label)
+    return missing_chunk_error(source.store_path, source.array_path, grid, grid.covering(0, grid.shape[0])[k])
+
+
+def wrong_size_error(source: "ZarrSource", k: int, size: int, expected: int) -> DamagedStoreError:
+    """The error for the ``k``-th file of :func:`chunk_files` (``source``) being ``size`` bytes, not ``expected``."""
+    grid = chunk_grid(source.label)
+    return bad_chunk_error(source.store_path, source.array_path, grid, grid.covering(0, grid.shape[0])[k],
+                           _size_found(size, expected))
+
+
+def _size_found(size: int, expected: int) -> str:
+    how = "truncated" if size < expected else "longer than an uncompressed chunk"
+    return f"is {size} bytes, expected {expected} ({how})"
+
+
+def check_chunks_present(store: str, array_path: str, grid: ChunkGrid, start: int, stop: int,
+                         allow_missing=None) -> None:
+    """Raise :class:`DamagedStoreError` for the first missing chunk file holding rows ``[start, stop)``.
+
+    One ``stat`` per chunk (shard) file.  ``allow_missing(index)`` may accept a missing chunk.
+    """
+    exists = os.path.exists
+    for index in grid.covering(start, stop):
+        if not exists(grid.path(index)) and not (allow_missing is not None and allow_missing(index)):
+            raise missing_chunk_error(store, array_path, grid, index)
+
+
+def _locate_bad_chunk(arr, store: str, array_path: str, grid: ChunkGrid, start: int, stop: int):
+    """After a failed read: the first chunk of rows ``[start, stop)`` that zarr cannot read, as an error, or None."""
+    for index in grid.covering(start, stop):
+        region = tuple(slice(i * c, min(s, (i + 1) * c)) for i, c, s in zip(index, grid.chunks, grid.shape))
+        try:
+            arr[region]
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - zarr and its codecs raise many types
+            return bad_chunk_error(store, array_path, grid, index,
+                                   f"cannot be read or decoded ({type(exc).__name__}: {exc})")
+    return None
+
+
+def read_rows(arr, store_path: str, array_path: str, start: int, stop: int, missing_chunks: str = "error",
+              allow_missing=None) -> np.ndarray:
+    """Rows ``[start, stop)`` of the zarr array ``arr`` stored at ``store_path/array_path``, through zarr.
+
+    With ``missing_chunks == "error"`` every chunk (shard) file holding those rows must exist
+    (``allow_missing(index)`` may accept one: a chunk known to be all fill value); a chunk
+    zarr cannot read or decode is a :class:`DamagedStoreError` naming its key either way.
+    """
+    folder = os.path.join(store_path, array_path) if array_path else store_path
+    grid = chunk_grid(folder) if stop > start else None
+    if grid is not None and missing_chunks != "fill":
+        check_chunks_present(store_path, array_path, grid, start, stop, allow_missing)
+    try:
+        return np.asarray(arr[start:stop])
+    except MemoryError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - zarr and its codecs raise many types
+        damaged = None if grid is None else _locate_bad_chunk(arr, store_path, array_path, grid, start, stop)
+        if damaged is not None:
+            raise damaged from exc
+        raise
+
+
+# --------------------------------------------------------------------------- direct chunk reads (continued)
 
 
 _POOL = {"pool": None, "lock": threading.Lock()}
@@ -245,29 +447,42 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=lambda: _POOL.update(pool=None, lock=threading.Lock()))
 
 
+class _BadChunk(Exception):
+    """A chunk file read straight from disk is missing or not what the layout says (turned into DamagedStoreError)."""
+
+    def __init__(self, index: int, found: str | None):
+        super().__init__(index, found)
+        self.index, self.found = index, found  # found None: the file is missing
+
+
 def _read_piece(piece) -> None:
-    path, chunk_bytes, offset, view = piece
+    index, path, chunk_bytes, offset, view = piece
     try:
         f = open(path, "rb", buffering=0)
-    except FileNotFoundError as exc:  # a chunk never written: zarr knows its fill value
-        raise _NotRaw(path) from exc
+    except FileNotFoundError:
+        raise _BadChunk(index, None) from None
+    except OSError as exc:
+        raise _BadChunk(index, f"cannot be read ({type(exc).__name__}: {exc})") from None
     with f:
-        if os.fstat(f.fileno()).st_size != chunk_bytes:
-            raise _NotRaw(path)
+        size = os.fstat(f.fileno()).st_size
+        if size != chunk_bytes:
+            raise _BadChunk(index, _size_found(size, chunk_bytes))
         f.seek(offset)
         done = 0
         while done < len(view):  # readinto releases the GIL; large reads may come back in parts
             got = f.readinto(view[done:])
             if not got:
-                raise _NotRaw(path)
+                raise _BadChunk(index, f"ended early: it shrank to {offset + done} bytes while being read")
             done += got
 
 
 def read_raw(source: "ZarrSource", start: int, stop: int, empty=None) -> np.ndarray | None:
     """Rows ``[start, stop)`` read straight from the chunk files into ``empty((rows, d), dtype)``.
 
-    None where the array is not laid out for it (compressed, sharded, transposed, a missing
-    chunk, ...): the caller reads through zarr.  Chunks are read concurrently.
+    None where the array is not laid out for it (compressed, sharded, transposed, ...), or where
+    a chunk is missing and ``source.missing_chunks == "fill"``: the caller reads through zarr.
+    A missing chunk otherwise, or one of the wrong size, is a :class:`DamagedStoreError`.
+    Chunks are read concurrently.
     """
     layout = raw_layout(source)
     if layout is None:
@@ -283,25 +498,35 @@ def read_raw(source: "ZarrSource", start: int, stop: int, empty=None) -> np.ndar
     pieces = []
     for c in range(start // size, (stop - 1) // size + 1):
         lo, hi = max(start, c * size), min(stop, (c + 1) * size)
-        pieces.append((layout.chunk_file(c), size * rb, (lo - c * size) * rb, view[(lo - start) * rb:(hi - start) * rb]))
+        pieces.append((c, layout.chunk_file(c), size * rb, (lo - c * size) * rb,
+                       view[(lo - start) * rb:(hi - start) * rb]))
     try:
         if len(pieces) == 1:
             _read_piece(pieces[0])
         else:
             list(_pool().map(_read_piece, pieces))
-    except _NotRaw:
-        return None
+    except _BadChunk as bad:
+        if bad.found is None and source.missing_chunks == "fill":
+            return None  # a chunk never written: zarr knows its fill value
+        grid = ChunkGrid(layout.folder, tuple(source.shape), (layout.chunk_rows, source.d),
+                         layout.key_prefix, layout.separator)
+        if bad.found is None:
+            raise missing_chunk_error(source.store_path, source.array_path, grid, (bad.index, 0)) from None
+        raise bad_chunk_error(source.store_path, source.array_path, grid, (bad.index, 0), bad.found) from None
     return out
 
 
 def _zarr_source(arr, label: str) -> Source:
     check_shape(arr.shape, label)
     check_dtype(arr.dtype, label)
+    mode = missing_chunks_mode()  # the client's choice, carried by the source to every worker
     store = arr.store
     root = getattr(store, "root", None)
     if root is None:
         # In-memory or remote store: read it once here; joins on such data are client-sized.
-        return MemorySource(as_float(np.asarray(arr[:])), label=label)
+        data = np.asarray(arr[:])
+        check_exact_integers(data, label)
+        return MemorySource(as_float(data), label=label)
     chunk_rows = int(arr.chunks[0]) if arr.shape[0] else 1
     return ZarrSource(
         store_path=os.path.abspath(os.fspath(root)),  # workers may run in another directory
@@ -309,10 +534,11 @@ def _zarr_source(arr, label: str) -> Source:
         shape=tuple(int(s) for s in arr.shape),
         dtype=str(arr.dtype),
         chunk_rows=max(1, chunk_rows),
+        missing_chunks=mode,
     )
 
 
-_OPENED: dict = {}  # (absolute path, metadata token) -> ZarrSource
+_OPENED: dict = {}  # (absolute path, metadata token, missing-chunks mode) -> ZarrSource
 
 
 def open_zarr_path(path, name: str) -> Source:
@@ -323,7 +549,7 @@ def open_zarr_path(path, name: str) -> Source:
     """
     path = os.fspath(path)
     token = metadata_token(path)
-    key = None if token is None else (os.path.abspath(path), token)
+    key = None if token is None else (os.path.abspath(path), token, missing_chunks_mode())
     source = None if key is None else _OPENED.get(key)
     if source is not None:
         return source
@@ -366,13 +592,16 @@ def open_points(obj, name: str = "A") -> Source:
     if module == "dask":
         check_shape(obj.shape, name)
         check_dtype(obj.dtype, name)
-        return MemorySource(as_float(np.asarray(obj.compute())), label="<dask array>")
+        data = np.asarray(obj.compute())
+        check_exact_integers(data, name)
+        return MemorySource(as_float(data), label="<dask array>")
     if module == "cupy":
         obj = obj.get()
     if isinstance(obj, np.ndarray) or hasattr(obj, "__array__"):
         arr = np.asarray(obj)
         check_shape(arr.shape, name)
         check_dtype(arr.dtype, name)
+        check_exact_integers(arr, name)
         return MemorySource(np.ascontiguousarray(as_float(arr)), label=f"<{module} array>")
     raise InputError(
         f"{name} must be a Zarr path, a zarr.Array, or a numpy, dask or cupy array, got {type(obj).__name__}"

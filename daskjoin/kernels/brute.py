@@ -11,6 +11,7 @@ import numba
 import numpy as np
 
 from .exact import eps_squared, within
+from .parallel_guard import serialised
 
 TILE = 256
 
@@ -71,7 +72,8 @@ class BruteJoin:
 
     def counts(self) -> np.ndarray:
         if self._counts is None:
-            self._counts = _count_rows(self.a, self.b, self.selfjoin, self.eps2)
+            with serialised():
+                self._counts = _count_rows(self.a, self.b, self.selfjoin, self.eps2)
         return self._counts
 
     def count(self) -> int:
@@ -81,7 +83,8 @@ class BruteJoin:
         size = int(offsets[row1] - offsets[row0])
         oi, oj, od = np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.float32)
         if size:
-            _fill_rows(self.a, self.b, self.selfjoin, self.eps2, row0, row1, offsets, oi, oj, od)
+            with serialised():
+                _fill_rows(self.a, self.b, self.selfjoin, self.eps2, row0, row1, offsets, oi, oj, od)
         return oi, oj, (od if with_distance else None)
 
     def _offsets(self) -> np.ndarray:

@@ -23,6 +23,7 @@ import numpy as np
 
 from .exact import eps_squared, within
 from .grid_index import boundary_slack, build_index, choose_grid
+from .parallel_guard import serialised
 
 CELLS_PER_BLOCK = 16
 #: Fixed lane count: the output order depends on it, so it must not follow the thread count.
@@ -329,7 +330,8 @@ class GridJoin:
     def counts(self) -> np.ndarray:
         """Exact pair count of every query cell (cached)."""
         if self._counts is None:
-            self._counts = _count_cells(*self._args(), np.arange(self.ncell, dtype=np.int64))
+            with serialised():
+                self._counts = _count_cells(*self._args(), np.arange(self.ncell, dtype=np.int64))
         return self._counts
 
     def count(self) -> int:
@@ -341,7 +343,8 @@ class GridJoin:
         size = int(offsets[-1])
         oi, oj, od = np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.float32)
         if size:
-            _fill_cells(*self._args(), cells, offsets, oi, oj, od)
+            with serialised():
+                _fill_cells(*self._args(), cells, offsets, oi, oj, od)
         return oi, oj, (od if with_distance else None)
 
     def pairs(self, with_distance: bool = True):
@@ -352,14 +355,19 @@ class GridJoin:
         sampled = np.concatenate(
             [np.arange(b * CELLS_PER_BLOCK, min((b + 1) * CELLS_PER_BLOCK, self.ncell)) for b in range(0, nblocks, SAMPLE_EVERY)]
         ).astype(np.int64)
-        estimate = _count_cells(*self._args(), sampled).sum() * (self.ncell / max(1, sampled.shape[0]))
+        with serialised():
+            sampled_count = _count_cells(*self._args(), sampled).sum()
+        estimate = sampled_count * (self.ncell / max(1, sampled.shape[0]))
         cap = int(estimate * CAPACITY_SLACK / LANES) + 1024
         bi, bj, bd = np.empty(cap * LANES, np.int64), np.empty(cap * LANES, np.int64), np.empty(cap * LANES, np.float32)
         used = np.zeros(LANES, np.int64)
         stop_at = np.full(LANES, -1, np.int64)
-        _single_pass(*self._args(), cap, bi, bj, bd, used, stop_at)
+        with serialised():
+            _single_pass(*self._args(), cap, bi, bj, bd, used, stop_at)
         rest = _unfinished_cells(stop_at, self.ncell)
-        ri, rj, rd = self._fill_exact(rest, _count_cells(*self._args(), rest), True)
+        with serialised():
+            rest_counts = _count_cells(*self._args(), rest)
+        ri, rj, rd = self._fill_exact(rest, rest_counts, True)
         head = _compact_in_place(cap, used, bi, bj, bd)
         total = head + ri.shape[0]
         if total <= bi.shape[0]:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from .parallel_guard import serialised
+
 #: Largest linear cell id we allow (ids are int64; headroom for neighbour arithmetic).
 MAX_CELL_ID = 1 << 60
 #: Use a dense cell table when the grid has at most this many cells per point.
@@ -219,7 +221,8 @@ def build_index(x: np.ndarray, spec: GridSpec) -> GridIndex:
     if spec.k == 0 or n == 0:
         ids = np.zeros(n, np.int64)
     else:
-        ids = _cell_ids(x, spec.dims, spec.origin, spec.widths, spec.ncells, spec.strides)
+        with serialised():
+            ids = _cell_ids(x, spec.dims, spec.origin, spec.widths, spec.ncells, spec.strides)
     total = spec.total_cells
     dense = spec.k > 0 and total <= max(DENSE_CELLS_PER_POINT * n, 1 << 16)
     if dense:
@@ -230,9 +233,12 @@ def build_index(x: np.ndarray, spec: GridSpec) -> GridIndex:
     sorted_ids = ids[perm]
     cell_ids, cell_start, coords = _cells_of_sorted(sorted_ids, spec.strides, spec.ncells)
     if spec.k:
-        _sort_cells_by(x, perm, cell_start, spec.dims[-1])
+        with serialised():
+            _sort_cells_by(x, perm, cell_start, spec.dims[-1])
+    with serialised():
+        points = _gather(x, perm)
     return GridIndex(
-        points=_gather(x, perm),
+        points=points,
         perm=perm,
         cell_ids=cell_ids,
         cell_start=cell_start,

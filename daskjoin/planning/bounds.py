@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 from .. import config
+from ..io import commit
 from ..io.zarr_in import MemorySource, Source
 from ..validation import first_nonfinite_row
 from . import cache
@@ -109,20 +110,23 @@ def block_stats(source: Source, mapper: Mapper | None = None, fingerprint: str |
     stats = _LOADED.get(path)
     if stats is not None and os.path.exists(path):
         return stats
-    if os.path.exists(path):
+    built = {}
+
+    def build(final: str) -> None:
+        stats = built["stats"] = _compute(source, mapper)
+        with commit.atomic_file(final) as tmp, open(tmp, "wb") as f:
+            np.savez(f, starts=stats.starts, lo=stats.lo, hi=stats.hi, first_bad=stats.first_bad,
+                     sample=stats.sample, sample_rows=stats.sample_rows)
+
+    # concurrent joins of a fresh input (threads or processes) compute it once; readers see it whole
+    commit.build_once(path, os.path.exists, build)
+    stats = built.get("stats")
+    if stats is None:
         with np.load(path) as f:
             stats = BlockStats(
                 starts=f["starts"], lo=f["lo"], hi=f["hi"], first_bad=int(f["first_bad"]),
                 sample=f["sample"], sample_rows=f["sample_rows"],
             )
-    else:
-        stats = _compute(source, mapper)
-        tmp = f"{path}.tmp-{os.getpid()}.npz"
-        np.savez(
-            tmp, starts=stats.starts, lo=stats.lo, hi=stats.hi, first_bad=stats.first_bad,
-            sample=stats.sample, sample_rows=stats.sample_rows,
-        )
-        os.replace(tmp, path)
     if len(_LOADED) >= 32:
         _LOADED.clear()
     _LOADED[path] = stats

@@ -19,24 +19,36 @@ import os
 import numpy as np
 
 from .. import config
-from ..io.zarr_in import ZarrSource, chunk_files, metadata_token
+from ..io.zarr_in import ZarrSource, chunk_files, metadata_token, missing_file_error, raw_layout, wrong_size_error
 
 _FINGERPRINTS: dict = {}  # state token -> fingerprint
 
 
 def state_token(source: ZarrSource) -> tuple | None:
-    """What identifies the array's current contents, from ``stat`` calls only; None where its chunk files are unknown."""
+    """What identifies the array's current contents, from ``stat`` calls only; None where its chunk files are unknown.
+
+    A missing chunk file is a :class:`~daskjoin.validation.DamagedStoreError` unless the source
+    reads missing chunks as the fill value (``daskjoin.missing-chunks``), and so is an
+    uncompressed chunk of the wrong size: cached statistics or plans never stand in for a
+    read that would fail, and the client says so before any task runs.
+    """
     files = chunk_files(source)
     meta = metadata_token(source.label)
     if files is None or meta is None:
         return None
     stats = np.full((len(files), 4), -1, np.int64)
+    layout = raw_layout(source)
+    chunk_bytes = None if layout is None else layout.chunk_rows * layout.row_bytes
     stat = os.stat
     for k, path in enumerate(files):
         try:
             st = stat(path)
-        except FileNotFoundError:  # a chunk never written (fill value)
+        except FileNotFoundError:  # a chunk never written (fill value) or lost (a damaged store)
+            if source.missing_chunks != "fill":  # before any statistics, cached or not, are used
+                raise missing_file_error(source, k) from None
             continue
+        if chunk_bytes is not None and st.st_size != chunk_bytes:
+            raise wrong_size_error(source, k, st.st_size, chunk_bytes)
         stats[k] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     chunks = hashlib.sha1(stats.tobytes()).hexdigest()
     return (source.store_path, source.array_path, source.shape, source.dtype, source.chunk_rows, meta, chunks)
@@ -94,19 +106,20 @@ def _digest_files(digest, folder: str, prefix: str) -> None:
             _digest_files(digest, entry.path, f"{prefix}{entry.name}{os.sep}")
 
 
+def cache_locations(label: str) -> list[str]:
+    """Where the cached items of the array at ``label`` may live, first choice first (nothing is created)."""
+    label = os.path.abspath(label)
+    digest = hashlib.sha1(label.encode()).hexdigest()[:16]
+    configured = config.get("cache-dir")
+    if configured:
+        return [os.path.join(configured, digest)]
+    return [label.rstrip(os.sep) + ".daskjoin", os.path.join(os.path.expanduser("~"), ".cache", "daskjoin", digest)]
+
+
 def cache_dir(source: ZarrSource) -> str:
     """A writable directory for this input's cached items (created on demand)."""
     label = os.path.abspath(source.label)
-    configured = config.get("cache-dir")
-    candidates = []
-    if configured:
-        candidates.append(os.path.join(configured, hashlib.sha1(label.encode()).hexdigest()[:16]))
-    else:
-        candidates.append(label.rstrip(os.sep) + ".daskjoin")
-        candidates.append(
-            os.path.join(os.path.expanduser("~"), ".cache", "daskjoin", hashlib.sha1(label.encode()).hexdigest()[:16])
-        )
-    for path in candidates:
+    for path in cache_locations(label):
         try:
             os.makedirs(path, exist_ok=True)
             if os.access(path, os.W_OK):

@@ -16,6 +16,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import config
+from ..io import commit
 from ..io.zarr_in import MemorySource, Source, ZarrSource
 from ..validation import InputError, raise_nonfinite
 from . import cache, cost
@@ -24,7 +25,7 @@ from .chunk_pairs import block_rows_for, plan_block_pairs
 from .estimate import estimate_pairs
 from .plan import PAIR_BYTES, Partition, Plan, fmt_bytes, row_bytes
 from .slabs import plan_slabs, slab_rows_for, split_dimension
-from .sorted_copy import SortedCopy, open_sorted, sort_in_memory
+from .sorted_copy import SortedCopy, open_sorted, sort_in_memory, sorted_copy_exists
 
 PARTITIONINGS = ("auto", "chunk_pairs", "slabs")
 PLAN_CACHE_SIZE = 64
@@ -79,7 +80,7 @@ def _still_there(plan: Plan) -> bool:
     """The sorted copies a cached plan reads from still exist (someone may have cleared the cache directory)."""
     for reader in (plan.reader_a, plan.reader_b):
         if isinstance(reader, SortedCopy) and reader.group_path is not None:
-            if not os.path.exists(os.path.join(reader.group_path, "key_index", "zarr.json")):
+            if not sorted_copy_exists(reader.group_path):
                 return False
     return True
 
@@ -104,9 +105,13 @@ def _sorted(source: Source, dim: int, stats, runner, budget: int, fingerprint: s
     if isinstance(source, MemorySource):
         return sort_in_memory(source, dim), "sorted in memory"
     path = os.path.join(cache.cache_dir(source), f"sorted-dim{dim}-{fingerprint or cache.fingerprint(source)}.zarr")
-    if os.path.exists(os.path.join(path, "key_index", "zarr.json")):
-        return open_sorted(path, dim), f"sorted copy reused from {path}"
-    return runner.sort(source, dim, stats, path, bucket_bytes=max(1, budget // 4)), f"sorted copy built at {path}"
+
+    def build(final: str) -> None:
+        runner.sort(source, dim, stats, final, bucket_bytes=max(1, budget // 4))
+
+    # concurrent joins of one input build its copy once (the others wait, then read it)
+    built = commit.build_once(path, sorted_copy_exists, build)
+    return open_sorted(path, dim), f"sorted copy {'built at' if built else 'reused from'} {path}"
 
 
 def _inputs_token(fp_a: str | None, fp_b: str | None) -> str:

@@ -9,6 +9,7 @@ It does not depend on eps: one copy serves every join of the same array.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -71,6 +72,11 @@ def sort_in_memory(source: MemorySource, dim: int) -> SortedCopy:
         key_index=keys[order][::KEY_STRIDE].copy(),
         ids=order,
     )
+
+
+def sorted_copy_exists(group_path: str) -> bool:
+    """Whether a complete sorted copy is published at ``group_path`` (it appears there only whole)."""
+    return os.path.exists(os.path.join(group_path, "key_index", "zarr.json"))
 
 
 def open_sorted(group_path: str, dim: int) -> SortedCopy:

@@ -1,6 +1,7 @@
 """``set_similarity_join``: validate -> plan size-range blocks -> run them on the cluster."""
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -9,8 +10,8 @@ import numpy as np
 
 from ..api import JoinResult
 from ..execution.cluster import resolve_client
-from ..io.parquet_out import prepare_output
-from ..validation import InputError, check_output_path
+from ..io.parquet_out import OutputRun
+from ..validation import InputError
 from . import execute
 from .local import ALGORITHMS
 from .measures import Threshold, parse_threshold
@@ -49,10 +50,12 @@ def _open_input(x, name: str) -> _Input:
         if not is_set_store(path):
             raise InputError(f"{name}: {path!r} is not a daskjoin set store (create one with `daskjoin import-sets` "
                              "or daskjoin.io.sets_in.import_sets)")
-        import zarr
+        from ..io.sets_store import read_offsets
+        from ..io.zarr_in import missing_chunks_mode
 
-        offsets = np.asarray(zarr.open_group(store=path, mode="r")["offsets"][:], np.int64)
-        return _Input(np.diff(offsets), int(offsets[-1]), execute.SetSource(path=path))
+        mode = missing_chunks_mode()
+        offsets = read_offsets(path, missing_chunks=mode)
+        return _Input(np.diff(offsets), int(offsets[-1]), execute.SetSource(path=path, missing_chunks=mode))
     if isinstance(x, SetCollection):
         coll = x
     elif isinstance(x, np.ndarray) or not hasattr(x, "__iter__") or isinstance(x, (bytes, dict)):
@@ -75,14 +78,15 @@ def _aligned(a: _Input, b: _Input) -> tuple[_Input, _Input]:
     def vocabulary(x: _Input, name: str):
         if x.collection is not None:
             return x.collection.vocab, token_counts(x.collection, name), x.collection.vocab_kind
-        return read_vocab(x.source.path)
+        return read_vocab(x.source.path, missing_chunks=x.source.missing_chunks)
 
     (vocab_a, count_a, kind_a), (vocab_b, count_b, kind_b) = vocabulary(a, "a"), vocabulary(b, "b")
     rank_a, rank_b, vocab, freq = common_ranking(vocab_a, count_a, kind_a, vocab_b, count_b, kind_b)
 
     def side(x: _Input, new_rank) -> _Input:
         if x.collection is None:
-            return _Input(x.sizes, x.tokens, execute.SetSource(path=x.source.path, remap=new_rank.astype(np.int32)))
+            return _Input(x.sizes, x.tokens, execute.SetSource(path=x.source.path, remap=new_rank.astype(np.int32),
+                                                               missing_chunks=x.source.missing_chunks))
         c = reranked(x.collection, new_rank, vocab, freq)
         return _Input(c.sizes, c.n_tokens, execute.SetSource(collection=c), c)
 
@@ -194,25 +198,28 @@ def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", algor
     if backend not in ("auto", "cpu", "gpu"):
         raise InputError(f"backend must be one of ('auto', 'cpu', 'gpu'), got {backend!r}")
     budget = _budget(memory_budget)
-    if out is not None:
-        if output == "count":
-            raise InputError("output='count' returns a number; it cannot be combined with out=PATH")
-        out = check_output_path(out, overwrite)
+    if out is not None and output == "count":
+        raise InputError("output='count' returns a number; it cannot be combined with out=PATH")
     in_a = _open_input(a, "A")
     in_b = None if b is None else _open_input(b, "B")
+    if out is not None:
+        from ..api import check_output
+
+        protected = {f"input {name}": x.source.path for name, x in (("A", in_a), ("B", in_b)) if x is not None}
+        out = check_output(out, overwrite, protected)
     client = resolve_client(client)
-    start = time.perf_counter()
-    if in_b is not None:
-        in_a, in_b = _aligned(in_a, in_b)
-    plan = _plan(in_a, in_b, thr, algorithm=algorithm, backend=backend, client=client, budget=budget,
-                 partitions=partitions, gpu_options=options)
-    job = execute.SetJob(plan, in_a.source, None if in_b is None else in_b.source)
-    planned = time.perf_counter()
-    if output == "count":
-        return execute.count(job, client, progress=progress) if plan.blocks else 0
-    if out is None:
-        return execute.to_dataframe(job)
-    prepare_output(out, overwrite)
-    manifest = execute.write_parquet(job, client, out, progress=progress)
+    with OutputRun(out, overwrite) if out is not None else contextlib.nullcontext() as run:
+        start = time.perf_counter()
+        if in_b is not None:
+            in_a, in_b = _aligned(in_a, in_b)
+        plan = _plan(in_a, in_b, thr, algorithm=algorithm, backend=backend, client=client, budget=budget,
+                     partitions=partitions, gpu_options=options)
+        job = execute.SetJob(plan, in_a.source, None if in_b is None else in_b.source)
+        planned = time.perf_counter()
+        if output == "count":
+            return execute.count(job, client, progress=progress) if plan.blocks else 0
+        if out is None:
+            return execute.to_dataframe(job)
+        manifest = execute.write_parquet(job, client, run, progress=progress)
     return SetJoinResult(path=out, pairs=manifest["rows"], files=len(manifest["files"]),
                          plan_seconds=planned - start, run_seconds=time.perf_counter() - planned, plan=plan)

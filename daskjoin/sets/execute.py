@@ -30,13 +30,14 @@ class SetSource:
     path: str | None = None
     collection: object = None
     remap: np.ndarray | None = None
+    missing_chunks: str = "error"  # the client's daskjoin.missing-chunks, so workers follow it
 
     def read(self, rows: tuple):
         lo, hi = rows
         if self.path is not None:
             from ..io.sets_in import read_sets_range, rerank_tokens
 
-            part = read_sets_range(self.path, lo, hi)
+            part = read_sets_range(self.path, lo, hi, missing_chunks=self.missing_chunks)
             tokens = part.tokens if self.remap is None else rerank_tokens(part.tokens, part.offsets, self.remap)
         else:
             part = self.collection.slice(lo, hi)
@@ -129,11 +130,11 @@ def count(job: SetJob, client, *, progress: bool = False) -> int:
     return int(sum(wait_all(client, futures, progress=progress, desc="counting")))
 
 
-def write_parquet(job: SetJob, client, out: str, *, progress: bool = False) -> dict:
+def write_parquet(job: SetJob, client, run: parquet_out.OutputRun, *, progress: bool = False) -> dict:
     start = time.perf_counter()
-    futures = _submit(client, block_to_parquet, job, out_dir=out)
+    futures = _submit(client, block_to_parquet, job, out_dir=run.staging)
     entries = wait_all(client, futures, progress=progress, desc="joining")
     t = job.plan.threshold
     extra = {"measure": t.measure, "threshold": str(t.exact), "algorithm": job.plan.algorithm,
              "selfjoin": job.plan.selfjoin, "seconds": round(time.perf_counter() - start, 3)}
-    return parquet_out.write_manifest(out, entries, extra)
+    return run.commit(entries, extra)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from ..kernels.parallel_guard import serialised
 from .filtering import build_index, filter_window, prefix_lengths
 from . import groups
 from .measures import Threshold, meets
@@ -108,9 +109,10 @@ def candidate_chunks(r: Flat, s: Flat | None, threshold: Threshold, algorithm: s
     pending, pending_cands = [], 0
     while windows.refill():
         before = windows.hi - windows.lo
-        done = filter_window(r.tokens, r.offsets, starts, post_set, post_pos, post_size, selfjoin,
-                             algorithm == "ppjoin", code, p, q, windows.lo, windows.hi, count, touched, need, bounds,
-                             probes, group_end, cands, region)
+        with serialised():  # released before this generator yields
+            done = filter_window(r.tokens, r.offsets, starts, post_set, post_pos, post_size, selfjoin,
+                                 algorithm == "ppjoin", code, p, q, windows.lo, windows.hi, count, touched, need,
+                                 bounds, probes, group_end, cands, region)
         for t in range(n_threads):
             n_groups, n_cands = int(done[t, 0]), int(done[t, 1])
             if n_groups:

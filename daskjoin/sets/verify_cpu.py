@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ..kernels.parallel_guard import serialised
 from .measures import required_overlap
 
 
@@ -58,8 +59,9 @@ class CpuVerifier:
     def submit(self, probes, offsets, cands):
         """Verify one chunk now; returns its matches (probe positions, candidate positions, overlaps)."""
         overlaps = np.zeros(len(cands), np.int32)
-        verify_chunk(self.r.tokens, self.r.offsets, self.s.tokens, self.s.offsets, probes, offsets, cands,
-                     *self.args, overlaps)
+        with serialised():
+            verify_chunk(self.r.tokens, self.r.offsets, self.s.tokens, self.s.offsets, probes, offsets, cands,
+                         *self.args, overlaps)
         hits = np.flatnonzero(overlaps)
         if self.count_only:
             self.matches += len(hits)

@@ -1,0 +1,238 @@
+"""Every file and directory daskjoin writes appears only complete: one module for atomic writes.
+
+- :func:`temp_path`: a hidden sibling name unique to this call (thread, process and host),
+  so two writers never share a temporary file.
+- :func:`atomic_file`: write under a temporary name, rename into place.
+- :func:`publish_dir`: move a finished directory into place, atomically replacing an
+  old one where the file system can exchange two names (Linux ``renameat2``).
+- :class:`FileLock`: an exclusive ``flock`` on a lock file beside what it guards.  flock
+  locks belong to an open file description, so two threads of one process exclude each
+  other as two processes do.
+- :func:`build_once`: build a cached item under its lock, so concurrent joins (threads or
+  processes) build it once and readers only ever see it complete.
+
+Temporary names all contain ``.tmp-`` after the final name, so whoever holds an item's
+lock can tell the leftovers of a killed writer (:func:`remove_temps`).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import os
+import shutil
+import uuid
+
+TEMP_MARK = ".tmp-"
+
+
+def temp_path(final: str, tag: str | None = None) -> str:
+    """A hidden sibling of ``final`` that no other writer uses: ``.NAME.tmp-<tag>``."""
+    folder, name = os.path.split(os.path.abspath(final))
+    return os.path.join(folder, f".{name}{TEMP_MARK}{tag or uuid.uuid4().hex[:12]}")
+
+
+def is_temp_of(entry: str, name: str) -> bool:
+    """Whether directory entry ``entry`` is a temporary of the item called ``name``."""
+    return entry.startswith(f".{name}{TEMP_MARK}") or entry.startswith(f"{name}{TEMP_MARK}")
+
+
+def remove_path(path: str) -> None:
+    """Remove a file or a directory tree; missing is fine."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+        if os.path.isdir(path):  # a writer still adding files: one more pass
+            shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+
+def remove_temps(final: str) -> list[str]:
+    """Remove the temporaries of ``final`` left by killed writers; call only while holding its lock."""
+    folder, name = os.path.split(os.path.abspath(final))
+    removed = []
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.listdir(folder):
+            if is_temp_of(entry, name):
+                remove_path(os.path.join(folder, entry))
+                removed.append(entry)
+    return removed
+
+
+@contextlib.contextmanager
+def atomic_file(final: str):
+    """Yield a temporary path to write; on success it is renamed to ``final``, on failure removed."""
+    tmp = temp_path(final)
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+
+
+def write_bytes(final: str, data: bytes) -> None:
+    with atomic_file(final) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+
+
+# --------------------------------------------------------------------------- replacing directories
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _renameat2():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        func = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    func.restype = ctypes.c_int
+    return func
+
+
+_EXCHANGE = {"func": _renameat2()}
+
+
+def exchange(a: str, b: str) -> bool:
+    """Swap two existing paths in one atomic step; False where the system or file system cannot."""
+    func = _EXCHANGE["func"]
+    if func is None:
+        return False
+    if func(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), a)
+
+
+def publish_dir(tmp: str, final: str, *, replace: bool) -> None:
+    """Move the finished ``tmp`` to ``final``.
+
+    Where ``final`` exists and ``replace`` is set, readers of ``final`` see either the old
+    contents or the new, never a mix: the two are exchanged atomically where the file
+    system can (Linux ext4, xfs, btrfs, tmpfs); elsewhere (NFS, other systems) the old one
+    is renamed aside first, so ``final`` is absent for the moment between two renames.
+    Raises FileExistsError where ``final`` exists and ``replace`` is not set.
+    """
+    if not os.path.lexists(final):
+        try:
+            os.rename(tmp, final)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+                raise
+    if not replace:
+        raise FileExistsError(errno.EEXIST, "appeared while it was being written", final)
+    if os.path.isdir(final) and os.path.isdir(tmp) and exchange(tmp, final):
+        remove_path(tmp)  # now the old contents
+        return
+    old = temp_path(final, f"old-{uuid.uuid4().hex[:8]}")
+    os.rename(final, old)
+    try:
+        os.rename(tmp, final)
+    except BaseException:
+        os.rename(old, final)  # put the previous contents back
+        raise
+    remove_path(old)
+
+
+# --------------------------------------------------------------------------- locks
+
+
+class LockBusy(OSError):
+    """Another writer holds the lock; ``holder`` is the note it left (who, since when)."""
+
+    def __init__(self, path: str, holder: str):
+        super().__init__(errno.EAGAIN, "locked by another writer", path)
+        self.holder = holder
+
+
+class FileLock:
+    """An exclusive lock on ``path`` (created if missing, removed on release).
+
+    ``blocking=False`` raises :class:`LockBusy` at once if another holder has it.  The lock
+    file is removed when released; a waiter that locked a file already removed tries again,
+    so two holders can never both believe they hold it.
+    """
+
+    def __init__(self, path: str, *, blocking: bool = True, note: str = ""):
+        self.path, self.blocking, self.note = path, blocking, note
+        self._fd: int | None = None
+
+    def acquire(self) -> "FileLock":
+        flags = fcntl.LOCK_EX | (0 if self.blocking else fcntl.LOCK_NB)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, flags)
+            except BlockingIOError:
+                holder = _read_note(fd)
+                os.close(fd)
+                raise LockBusy(self.path, holder) from None
+            except BaseException:
+                os.close(fd)
+                raise
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # the previous holder removed it between our open and our lock
+        if self.note:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, self.note.encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self.path)  # while still locked: a waiter on this file will see it is gone
+        os.close(fd)
+
+    def __enter__(self) -> "FileLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _read_note(fd: int) -> str:
+    try:
+        return os.pread(fd, 512, 0).decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def lock_path(final: str) -> str:
+    """The lock file that guards ``final``: a hidden sibling."""
+    folder, name = os.path.split(os.path.abspath(final))
+    return os.path.join(folder, f".{name}.lock")
+
+
+def build_once(final: str, exists, build):
+    """``build(final)`` unless ``exists(final)``, under ``final``'s lock.
+
+    Concurrent callers (threads or processes) wait for the one building, then find the item
+    there; ``build`` must write under :func:`temp_path` names and publish with a rename, so
+    a reader without the lock never sees a half-written item.  Temporaries of killed
+    builders are removed first.
+    """
+    if exists(final):
+        return False
+    with FileLock(lock_path(final)):
+        if exists(final):
+            return False
+        remove_temps(final)
+        build(final)
+        return True

@@ -1,0 +1,322 @@
+"""Nothing lost, nothing wrong marked complete: output ownership, inputs never overwritten, concurrent joins.
+
+Real Zarr stores on disk, the session's multi-process ``LocalCluster`` (and a
+cluster of its own for the worker-kill test), Parquet read back.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+import daskjoin as dj
+from daskjoin.io import commit
+from daskjoin.io.parquet_out import OutputBusy, OutputRun
+from joinhelpers import tree_bytes, write_zarr
+from oracle import oracle_self_count
+
+pytestmark = pytest.mark.integration
+
+
+def _leftovers(folder) -> list[str]:
+    """Temporaries, staging directories and lock files anywhere under ``folder``."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            if commit.TEMP_MARK in name or name.endswith(".lock"):
+                found.append(os.path.relpath(os.path.join(root, name), folder))
+    return found
+
+
+def _pairs(path) -> pd.DataFrame:
+    names = sorted(n for n in os.listdir(path) if n.startswith("part-"))
+    frames = [pq.read_table(os.path.join(path, n)).to_pandas() for n in names]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"i": [], "j": []})
+
+
+def _exact_pairs(x, eps) -> np.ndarray:
+    """The oracle's pairs for larger inputs: cKDTree candidates (radius padded), decided by the float64 rule."""
+    from scipy.spatial import cKDTree
+
+    cand = cKDTree(x).query_pairs(eps * (1 + 1e-6) + 1e-12, output_type="ndarray")
+    diff = x[cand[:, 0]] - x[cand[:, 1]]
+    s = np.zeros(len(cand))
+    for k in range(x.shape[1]):  # dimension order, as the rule says
+        s = s + diff[:, k] * diff[:, k]
+    keep = cand[s <= np.float64(eps) * np.float64(eps)]
+    return keep[np.lexsort((keep[:, 1], keep[:, 0]))]
+
+
+def _check_complete(path, points) -> dict:
+    """``_SUCCESS`` lists exactly the parts present, and they hold exactly the pairs of the eps it records."""
+    manifest = json.loads(open(os.path.join(path, "_SUCCESS")).read())
+    parts = sorted(n for n in os.listdir(path) if n != "_SUCCESS")
+    assert parts == [e["file"] for e in manifest["files"]], (parts, manifest["files"])
+    got = _pairs(path)
+    assert len(got) == manifest["rows"]
+    assert not got.duplicated(["i", "j"]).any(), "duplicate pairs in a committed output"
+    got = got[["i", "j"]].to_numpy(np.int64)
+    got = got[np.lexsort((got[:, 1], got[:, 0]))]
+    expected = _exact_pairs(points, manifest["eps"])
+    assert got.shape == expected.shape and (got == expected).all(), "the pairs are not those of the recorded eps"
+    return manifest
+
+
+@pytest.fixture
+def store(tmp_path):
+    x = np.random.default_rng(7).random((3000, 2))
+    return x, write_zarr(tmp_path / "x.zarr", x, 250)
+
+
+# --------------------------------------------------------------------------- inputs are never outputs
+
+@pytest.mark.parametrize("where", ["same", "inside", "contains", "cache"])
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_output_overlapping_an_input_is_refused_untouched(client, tmp_path, store, where, overwrite):
+    x, path = store
+    dj.similarity_join(path, eps=0.01, output="count", client=client)  # its statistics cache exists now
+    out = {"same": path, "inside": os.path.join(path, "pairs"), "contains": str(tmp_path),
+           "cache": os.path.join(path + ".daskjoin", "pairs")}[where]
+    before = tree_bytes(tmp_path)
+    with pytest.raises(dj.InputError, match="a join never writes into or replaces what it reads"):
+        dj.similarity_join(path, eps=0.01, out=out, overwrite=overwrite, client=client)
+    assert tree_bytes(tmp_path) == before
+    assert dj.similarity_join(path, eps=0.01, output="count", client=client) == oracle_self_count(x, 0.01)
+
+
+def test_output_through_a_symlink_to_the_input_is_refused(client, tmp_path, store):
+    _, path = store
+    os.symlink(path, tmp_path / "alias")
+    with pytest.raises(dj.InputError, match="is input A"):
+        dj.similarity_join(path, eps=0.01, out=tmp_path / "alias", overwrite=True, client=client)
+    assert os.path.isdir(path)
+
+
+def test_set_join_output_overlapping_its_store_is_refused(client, tmp_path):
+    from daskjoin.io.sets_in import import_sets
+
+    store = import_sets([["a", "b"], ["a", "b", "c"], ["x"]], tmp_path / "s.zarr")
+    before = tree_bytes(store)
+    with pytest.raises(dj.InputError, match="is input A"):
+        dj.set_similarity_join(store, threshold=0.5, out=store, overwrite=True, client=client)
+    assert tree_bytes(store) == before
+
+
+# --------------------------------------------------------------------------- one run owns its output
+
+def test_second_writer_fails_at_once_naming_the_first(client, tmp_path, store):
+    _, path = store
+    out = tmp_path / "pairs.parquet"
+    with OutputRun(str(out), overwrite=False) as holder:
+        with pytest.raises(OutputBusy, match=f"being written by another daskjoin run .*run {holder.run_id}, "
+                                             f"pid {os.getpid()}"):
+            dj.similarity_join(path, eps=0.01, out=out, client=client)
+    assert not out.exists() and _leftovers(tmp_path) == []
+
+
+def test_concurrent_writers_never_leave_a_mixed_output(client, tmp_path, store):
+    """Two joins of different eps to one path with overwrite, started together, ten times."""
+    x, path = store
+    out = tmp_path / "pairs.parquet"
+    outcomes = []
+    for trial in range(10):
+        barrier = threading.Barrier(2)
+        results = [None, None]
+
+        def run(k, eps):
+            barrier.wait()
+            try:
+                results[k] = dj.similarity_join(path, eps=eps, out=out, overwrite=True, client=client,
+                                                memory_budget="64KiB")
+            except OutputBusy as exc:
+                results[k] = exc
+
+        threads = [threading.Thread(target=run, args=(k, eps)) for k, eps in enumerate((0.02, 0.025))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert any(isinstance(r, dj.JoinResult) for r in results), results
+        outcomes.append(tuple(type(r).__name__ for r in results))
+        _check_complete(out, x)
+        assert _leftovers(tmp_path) == [], trial
+    assert outcomes  # every trial ended complete; which writer won varies
+
+
+def test_overwrite_keeps_the_old_output_readable_until_the_new_one_commits(client, tmp_path, store):
+    x, path = store
+    out = tmp_path / "pairs.parquet"
+    dj.similarity_join(path, eps=0.02, out=out, client=client)
+    seen, stop = [], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                manifest = json.loads(open(out / "_SUCCESS").read())
+            except FileNotFoundError:
+                if commit._EXCHANGE["func"] is not None:  # where the system cannot exchange, a moment is allowed
+                    seen.append("missing")
+                continue
+            seen.append(manifest["eps"])
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        dj.similarity_join(path, eps=0.025, out=out, overwrite=True, client=client, memory_budget="64KiB")
+    finally:
+        stop.set()
+        t.join()
+    assert "missing" not in seen, "the output path was missing while the new output replaced it"
+    assert seen and set(seen) <= {0.02, 0.025}
+    assert _check_complete(out, x)["eps"] == 0.025
+
+
+def test_leftovers_of_a_killed_run_are_removed_by_the_next(client, tmp_path, store):
+    x, path = store
+    out = tmp_path / "pairs.parquet"
+    stale = commit.temp_path(str(out), "run-deadbeef0000")
+    os.mkdir(stale)
+    open(os.path.join(stale, "part-00000.parquet"), "wb").write(b"from a killed run")
+    open(os.path.join(stale, ".part-00001.parquet.tmp-12345678"), "wb").write(b"half")
+    open(commit.lock_path(str(out)), "w").write("{}")  # a lock file nobody holds
+    dj.similarity_join(path, eps=0.02, out=out, client=client)
+    _check_complete(out, x)
+    assert _leftovers(tmp_path) == []
+
+
+def test_commit_refuses_parts_it_did_not_report(tmp_path):
+    run = OutputRun(str(tmp_path / "o.parquet"), overwrite=False)
+    with run:
+        open(os.path.join(run.staging, "part-00000.parquet"), "wb").write(b"x" * 10)
+        open(os.path.join(run.staging, "part-00001.parquet"), "wb").write(b"y")  # nobody reported this one
+        with pytest.raises(RuntimeError, match="unexpected file part-00001.parquet.*nothing was committed"):
+            run.commit([{"file": "part-00000.parquet", "rows": 1, "bytes": 10}])
+    assert not (tmp_path / "o.parquet").exists() and _leftovers(tmp_path) == []
+    with OutputRun(str(tmp_path / "o.parquet"), overwrite=False) as run:
+        open(os.path.join(run.staging, "part-00000.parquet"), "wb").write(b"x" * 9)
+        with pytest.raises(RuntimeError, match="has 9 bytes, its task wrote 10"):
+            run.commit([{"file": "part-00000.parquet", "rows": 1, "bytes": 10}])
+        with pytest.raises(RuntimeError, match="missing"):
+            run.commit([{"file": "part-00000.parquet", "rows": 1, "bytes": 9},
+                        {"file": "part-00002.parquet", "rows": 1, "bytes": 9}])
+    assert not (tmp_path / "o.parquet").exists()
+
+
+# --------------------------------------------------------------------------- caches beside an input
+
+@pytest.mark.parametrize("partitioning", ["chunk_pairs", "slabs"])
+def test_concurrent_joins_of_a_fresh_input(client, tmp_path, partitioning):
+    """Statistics and the sorted copy are built once, whole, whatever the interleaving (nine fresh stores)."""
+    from daskjoin.planning.planner import clear_caches
+
+    for trial in range(9):
+        x = np.random.default_rng(trial).random((2000, 3))
+        path = write_zarr(tmp_path / f"x{trial}.zarr", x, 200)
+        clear_caches()
+        barrier = threading.Barrier(3)
+        got, errors = [], []
+
+        def run(eps):
+            barrier.wait()
+            try:
+                got.append((eps, dj.similarity_join(path, eps=eps, output="count", client=client,
+                                                    partitioning=partitioning, memory_budget="256KiB")))
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(eps,)) for eps in (0.05, 0.06, 0.07)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        for eps, n in got:
+            assert n == oracle_self_count(x, eps)
+        assert _leftovers(tmp_path) == []
+
+
+def test_build_once_builds_once_and_clears_stale_temporaries(tmp_path):
+    final = str(tmp_path / "item.bin")
+    stale = commit.temp_path(final)
+    open(stale, "wb").write(b"left by a killed builder")
+    calls = []
+
+    def build(path):
+        calls.append(1)
+        time.sleep(0.2)
+        commit.write_bytes(path, b"whole")
+
+    threads = [threading.Thread(target=commit.build_once, args=(final, os.path.exists, build)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
+    assert open(final, "rb").read() == b"whole"
+    assert sorted(os.listdir(tmp_path)) == ["item.bin"]
+
+
+def test_file_lock_excludes_threads_of_one_process(tmp_path):
+    path = str(tmp_path / "x.lock")
+    with commit.FileLock(path, note="first"):
+        with pytest.raises(commit.LockBusy) as info:
+            commit.FileLock(path, blocking=False).acquire()
+        assert info.value.holder == "first"
+    assert not os.path.exists(path)
+    with commit.FileLock(path, blocking=False):
+        pass
+
+
+# --------------------------------------------------------------------------- a worker killed mid-run
+
+@pytest.fixture(scope="module")
+def nanny_cluster():
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      memory_limit=0) as cluster, Client(cluster) as c:
+        yield c
+
+
+@pytest.mark.parametrize("trial", [0] + [pytest.param(t, marks=pytest.mark.slow) for t in range(1, 9)])
+def test_worker_killed_mid_write_leaves_no_temporaries(nanny_cluster, tmp_path, trial):
+    """A worker process killed while tasks write parts: exact output, no temporaries anywhere."""
+    import signal
+
+    client = nanny_cluster
+    x = np.random.default_rng(trial).random((120_000, 2))
+    path = write_zarr(tmp_path / "x.zarr", x, 5000)
+    out = tmp_path / "pairs.parquet"
+    eps = 0.01
+    plan = dj.plan_join(path, eps=eps, memory_budget="2MiB", client=client)
+    assert plan.ntasks >= 20
+    done = threading.Event()
+    result = {}
+
+    def run():
+        result["r"] = dj.similarity_join(path, eps=eps, out=out, memory_budget="2MiB", client=client)
+        done.set()
+
+    t = threading.Thread(target=run)
+    t.start()
+    staging = None
+    deadline = time.time() + 60
+    while time.time() < deadline and staging is None:  # kill once parts are being written
+        found = [n for n in os.listdir(tmp_path) if ".tmp-run-" in n]
+        if found and len(os.listdir(tmp_path / found[0])) >= 2 + trial * 3:
+            staging = found[0]
+        time.sleep(0.01)
+    pids = client.run(os.getpid)
+    busy = [addr for addr, keys in client.processing().items() if keys and addr in pids]
+    assert busy and not done.is_set(), "the join ended before a worker could be killed mid-run"
+    os.kill(pids[busy[trial % len(busy)]], signal.SIGKILL)  # a worker with a task in flight
+    t.join(timeout=300)
+    assert done.is_set()
+    _check_complete(out, x)
+    assert _leftovers(tmp_path) == []
