@@ -242,9 +242,9 @@ def _log_traceback(exc: BaseException) -> str | None:
     import tempfile
     import traceback
 
-    path = os.path.join(tempfile.gettempdir(), f"daskjoin-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log")
     try:
-        with open(path, "w") as f:
+        fd, path = tempfile.mkstemp(prefix=f"daskjoin-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
             f.write(f"daskjoin {' '.join(sys.argv[1:])}\n")
             traceback.print_exception(exc, file=f)
     except OSError:

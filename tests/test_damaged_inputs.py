@@ -360,7 +360,7 @@ def test_cli_fill_mode_and_integers(client, points, tmp_path):
     assert last.startswith("daskjoin: error:") and "int64 value 9007199254740993 in row 17" in last, _explain(refused)
 
 
-@pytest.mark.parametrize("fmt", ["npy", "parquet", "parquet_vectors"])
+@pytest.mark.parametrize("fmt", ["npy", "parquet", "parquet_vectors", "csv"])
 def test_import_refuses_integers_beyond_2_53(tmp_path, fmt):
     """``daskjoin import`` never rounds int64 values silently on their way to float64."""
     import pandas as pd
@@ -368,14 +368,16 @@ def test_import_refuses_integers_beyond_2_53(tmp_path, fmt):
     from daskjoin.io.importers import import_points
 
     values = np.array([[1, 2], [2**53 + 1, 3]], dtype=np.int64)
-    src = tmp_path / f"x.{'npy' if fmt == 'npy' else 'parquet'}"
+    src = tmp_path / f"x.{fmt if fmt in ('npy', 'csv') else 'parquet'}"
     if fmt == "npy":
         np.save(src, values)
+    elif fmt == "csv":
+        src.write_text("a,b\n1,2\n9007199254740993,3\n")
     elif fmt == "parquet":
         pd.DataFrame({"a": values[:, 0], "b": values[:, 1]}).to_parquet(src)
     else:
         pd.DataFrame({"v": list(values)}).to_parquet(src)
-    with pytest.raises(InputError, match=r"9007199254740993 in row 1, beyond ±2\*\*53"):
+    with pytest.raises(InputError, match=r"9007199254740993 in row \d, beyond ±2\*\*53"):
         import_points(src, tmp_path / "x.zarr")
     assert not (tmp_path / "x.zarr").exists()
     ok = values.copy()

@@ -146,24 +146,38 @@ def test_concurrent_writers_never_leave_a_mixed_output(client, tmp_path, store):
         outcomes.append(tuple(type(r).__name__ for r in results))
         _check_complete(out, x)
         assert _leftovers(tmp_path) == [], trial
-    assert outcomes  # every trial ended complete; which writer won varies
+    # the lock is what turned the second writer away (staging alone would let both commit in turn)
+    assert any("OutputBusy" in o for o in outcomes), outcomes
 
 
-def test_overwrite_keeps_the_old_output_readable_until_the_new_one_commits(client, tmp_path, store):
+def test_overwrite_keeps_the_old_output_readable_until_the_new_one_commits(client, tmp_path, store, monkeypatch):
     x, path = store
+    exchanged = []
+    real_exchange = commit.exchange
+    monkeypatch.setattr(commit, "exchange", lambda a, b: exchanged.append(real_exchange(a, b)) or exchanged[-1])
     out = tmp_path / "pairs.parquet"
     dj.similarity_join(path, eps=0.02, out=out, client=client)
     seen, stop = [], threading.Event()
 
     def reader():
         while not stop.is_set():
-            try:
-                manifest = json.loads(open(out / "_SUCCESS").read())
+            try:  # one directory, pinned by its descriptor: the manifest and the listing of the same output
+                folder = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
             except FileNotFoundError:
-                if commit._EXCHANGE["func"] is not None:  # where the system cannot exchange, a moment is allowed
-                    seen.append("missing")
+                seen.append("missing")
                 continue
-            seen.append(manifest["eps"])
+            try:
+                with os.fdopen(os.open("_SUCCESS", os.O_RDONLY, dir_fd=folder)) as f:
+                    manifest = json.loads(f.read())
+                parts = sorted(n for n in os.listdir(folder) if n.startswith("part-"))
+            except FileNotFoundError:
+                seen.append("missing")
+                continue
+            finally:
+                os.close(folder)
+            # parts may already be going (the old output is removed after the exchange), never foreign ones
+            listed = {e["file"] for e in manifest["files"]}
+            seen.append(manifest["eps"] if set(parts) <= listed else "mixed")
 
     t = threading.Thread(target=reader)
     t.start()
@@ -172,7 +186,9 @@ def test_overwrite_keeps_the_old_output_readable_until_the_new_one_commits(clien
     finally:
         stop.set()
         t.join()
-    assert "missing" not in seen, "the output path was missing while the new output replaced it"
+    assert "mixed" not in seen
+    if exchanged == [True]:  # where the file system cannot exchange, the path is absent for a moment
+        assert "missing" not in seen, "the output path was missing while the new output replaced it"
     assert seen and set(seen) <= {0.02, 0.025}
     assert _check_complete(out, x)["eps"] == 0.025
 
@@ -320,3 +336,100 @@ def test_worker_killed_mid_write_leaves_no_temporaries(nanny_cluster, tmp_path, 
     assert done.is_set()
     _check_complete(out, x)
     assert _leftovers(tmp_path) == []
+
+
+# --------------------------------------------------------------------------- found in review
+
+def _hold_output(path, ready, release):
+    from daskjoin.io.parquet_out import OutputRun
+
+    with OutputRun(path, overwrite=False):
+        ready.set()
+        release.wait(60)
+
+
+def test_lock_excludes_another_process(client, tmp_path, store):
+    import multiprocessing
+
+    _, path = store
+    out = str(tmp_path / "pairs.parquet")
+    ctx = multiprocessing.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    child = ctx.Process(target=_hold_output, args=(out, ready, release))
+    child.start()
+    try:
+        assert ready.wait(60)
+        with pytest.raises(OutputBusy, match=f"pid {child.pid} "):
+            dj.similarity_join(path, eps=0.01, out=out, client=client)
+    finally:
+        release.set()
+        child.join(60)
+    dj.similarity_join(path, eps=0.01, out=out, client=client)  # free again once the holder is gone
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("existing", ["file", "pyarrow_dataset"])
+def test_overwrite_refuses_what_daskjoin_did_not_write(client, tmp_path, existing):
+    x = np.random.default_rng(1).random((300, 2))
+    out = tmp_path / "out"
+    if existing == "file":
+        out.write_text("precious")
+    else:
+        out.mkdir()
+        pd.DataFrame({"a": [1]}).to_parquet(out / "part-0.parquet")  # pyarrow's write_dataset naming
+    before = tree_bytes(tmp_path)
+    with pytest.raises(dj.InputError, match="overwrite replaces only daskjoin outputs"):
+        dj.similarity_join(x, eps=0.05, out=out, overwrite=True, client=client)
+    assert tree_bytes(tmp_path) == before
+
+
+def test_only_hidden_temporaries_are_cleaned_and_an_old_copy_is_put_back(tmp_path):
+    final = tmp_path / "out"
+    mine = tmp_path / "out.tmp-mybackup"  # the user's own directory, not a daskjoin temporary
+    mine.mkdir()
+    (mine / "keep").write_text("x")
+    old = commit.temp_path(str(final), f"{commit.OLD_TAG}0123abcd")  # killed between publish_dir's renames
+    os.mkdir(old)
+    open(os.path.join(old, "_SUCCESS"), "w").write("{}")
+    commit.remove_temps(str(final))
+    assert (mine / "keep").exists()
+    assert (final / "_SUCCESS").exists() and not os.path.exists(old)
+
+
+def test_set_store_missing_first_offsets_chunk_is_damage(tmp_path):
+    from daskjoin.io.sets_in import import_sets, read_sets_range
+    from daskjoin.validation import DamagedStoreError
+
+    rng = np.random.default_rng(2)
+    sets = [list(rng.choice(50, rng.integers(1, 4), replace=False)) for _ in range(140_000)]
+    path = import_sets(sets, tmp_path / "s.zarr")
+    os.remove(os.path.join(path, "offsets", "c", "0"))
+    with pytest.raises(DamagedStoreError, match="offsets/c/0"):
+        read_sets_range(path, 10, 20)
+
+
+def test_damaged_or_legacy_sorted_copy(client, tmp_path):
+    """A sorted copy missing a chunk is an error, never zeros; a copy without the current layout mark is rebuilt."""
+    import glob
+    import json as _json
+
+    from daskjoin.planning.planner import clear_caches
+    from daskjoin.validation import DamagedStoreError
+
+    x = np.random.default_rng(5).random((4000, 2))
+    path = write_zarr(tmp_path / "x.zarr", x, 250)
+    kw = dict(eps=0.02, output="count", client=client, partitioning="slabs", memory_budget="64KiB")
+    expected = oracle_self_count(x, 0.02)
+    assert dj.similarity_join(path, **kw) == expected
+    [copy] = glob.glob(path + ".daskjoin/sorted-dim*.zarr")
+    meta_path = os.path.join(copy, "zarr.json")
+    meta = _json.load(open(meta_path))
+    del meta["attributes"]["daskjoin"]["layout"]  # as an older version wrote it
+    open(meta_path, "w").write(_json.dumps(meta))
+    clear_caches()
+    assert dj.similarity_join(path, **kw) == expected
+    assert "layout" in _json.load(open(meta_path))["attributes"]["daskjoin"]  # rebuilt
+    os.remove(os.path.join(copy, "ids", "c", "3"))
+    clear_caches()
+    with pytest.raises(DamagedStoreError, match="ids/c/3"):
+        dj.similarity_join(path, **kw)

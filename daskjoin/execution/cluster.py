@@ -29,14 +29,32 @@ def local_cluster_options() -> dict:
     }
 
 
+_QUIET = {"workers": False}
+_QUIET_ENV = "DASK_LOGGING__DISTRIBUTED"
+
+
 def quiet_local_workers() -> None:
-    """Workers of a local cluster started from now on log only critical events (unless the user set a level).
+    """Workers of a local cluster daskjoin starts from now on log only critical events (unless the user set a level).
 
     What they would log (a failed task's traceback, shutdown notices) reaches the caller
     anyway, with the task's exception; used by the CLI, which prints one line and keeps the
-    traceback in a log file.  Spawned workers read the level from the environment.
+    traceback in a log file.  Batch-job workers (dask-jobqueue) are not affected: their logs
+    are the only diagnostics there.
     """
-    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
+    _QUIET["workers"] = True
+
+
+@contextlib.contextmanager
+def _quiet_spawn():
+    """Spawned local workers read their log level from the environment they start with."""
+    if not _QUIET["workers"] or _QUIET_ENV in os.environ:
+        yield
+        return
+    os.environ[_QUIET_ENV] = "critical"
+    try:
+        yield
+    finally:
+        os.environ.pop(_QUIET_ENV, None)
 
 
 @contextlib.contextmanager
@@ -57,7 +75,7 @@ def _start_local():
     from distributed import Client, LocalCluster
 
     if "client" not in _DEFAULT:
-        with _workers_ignore_sigint():
+        with _workers_ignore_sigint(), _quiet_spawn():
             cluster = LocalCluster(**local_cluster_options())
         _DEFAULT["cluster"] = cluster
         _DEFAULT["client"] = Client(cluster, set_as_default=False)

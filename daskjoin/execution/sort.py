@@ -19,7 +19,7 @@ import numpy as np
 from ..io import commit
 from ..io.zarr_in import ZarrSource
 from ..planning.bounds import BlockStats
-from ..planning.sorted_copy import KEY_STRIDE, SortedCopy, open_sorted
+from ..planning.sorted_copy import KEY_STRIDE, LAYOUT, SortedCopy, open_sorted
 
 
 def lexi_buckets(keys, rows, bkeys, brows) -> np.ndarray:
@@ -126,7 +126,8 @@ def sort_zarr(source: ZarrSource, dim: int, stats: BlockStats, path: str, client
             parts_i.append(da.from_delayed(part[1], shape=(size,), dtype="int64"))
             parts_k.append(da.from_delayed(part[2], shape=(size,), dtype="float64"))
         out = zarr.open_group(tmp, mode="w")
-        out.attrs["daskjoin"] = {"kind": "sorted-copy", "dim": int(dim), "source": source.label, "n": int(n)}
+        out.attrs["daskjoin"] = {"kind": "sorted-copy", "dim": int(dim), "source": source.label, "n": int(n),
+                                 "layout": LAYOUT}
         targets = [
             out.create_array("points", shape=(n, d), chunks=(chunk, d), dtype=source.dtype, compressors=None,
                              config=full),
@@ -143,7 +144,7 @@ def sort_zarr(source: ZarrSource, dim: int, stats: BlockStats, path: str, client
             key_index = keys[::KEY_STRIDE].rechunk((max(1, nindex),))
             stored = da.store([points, ids, keys, key_index], targets, lock=False, compute=False)
             client.gather(client.compute(stored))
-        commit.publish_dir(tmp, path, replace=True)  # an incomplete copy at ``path`` is replaced whole
+        commit.replace_dir(tmp, path, replace=True)  # an incomplete copy at ``path`` is replaced whole
     finally:
         commit.remove_path(scratch)
         commit.remove_path(tmp)

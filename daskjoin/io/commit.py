@@ -35,8 +35,8 @@ def temp_path(final: str, tag: str | None = None) -> str:
 
 
 def is_temp_of(entry: str, name: str) -> bool:
-    """Whether directory entry ``entry`` is a temporary of the item called ``name``."""
-    return entry.startswith(f".{name}{TEMP_MARK}") or entry.startswith(f"{name}{TEMP_MARK}")
+    """Whether directory entry ``entry`` is a temporary of the item called ``name`` (hidden names only)."""
+    return entry.startswith(f".{name}{TEMP_MARK}")
 
 
 def remove_path(path: str) -> None:
@@ -50,13 +50,25 @@ def remove_path(path: str) -> None:
             os.remove(path)
 
 
+OLD_TAG = "old-"
+
+
 def remove_temps(final: str) -> list[str]:
-    """Remove the temporaries of ``final`` left by killed writers; call only while holding its lock."""
+    """Remove the temporaries of ``final`` left by killed writers; call only while holding its lock.
+
+    An old version renamed aside by :func:`publish_dir` is put back first where ``final`` is
+    missing (a writer killed between its two renames): it is the only copy.
+    """
     folder, name = os.path.split(os.path.abspath(final))
     removed = []
     with contextlib.suppress(FileNotFoundError):
-        for entry in os.listdir(folder):
-            if is_temp_of(entry, name):
+        entries = sorted(os.listdir(folder))
+        for entry in entries:
+            if is_temp_of(entry, name) and entry[len(name) + 1 + len(TEMP_MARK):].startswith(OLD_TAG) \
+                    and not os.path.lexists(final):
+                os.rename(os.path.join(folder, entry), final)
+        for entry in entries:
+            if is_temp_of(entry, name) and os.path.lexists(os.path.join(folder, entry)):
                 remove_path(os.path.join(folder, entry))
                 removed.append(entry)
     return removed
@@ -112,35 +124,43 @@ def exchange(a: str, b: str) -> bool:
     raise OSError(err, os.strerror(err), a)
 
 
-def publish_dir(tmp: str, final: str, *, replace: bool) -> None:
+def publish_dir(tmp: str, final: str, *, replace: bool) -> str | None:
     """Move the finished ``tmp`` to ``final``.
 
     Where ``final`` exists and ``replace`` is set, readers of ``final`` see either the old
     contents or the new, never a mix: the two are exchanged atomically where the file
     system can (Linux ext4, xfs, btrfs, tmpfs); elsewhere (NFS, other systems) the old one
     is renamed aside first, so ``final`` is absent for the moment between two renames.
-    Raises FileExistsError where ``final`` exists and ``replace`` is not set.
+    Raises FileExistsError where ``final`` exists and ``replace`` is not set.  Returns where
+    the old contents now are (the caller removes them: :func:`remove_path`), or None.  The new
+    contents are in place when it returns, so an interrupt during that removal loses nothing.
     """
     if not os.path.lexists(final):
         try:
             os.rename(tmp, final)
-            return
+            return None
         except OSError as exc:
             if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
                 raise
     if not replace:
         raise FileExistsError(errno.EEXIST, "appeared while it was being written", final)
     if os.path.isdir(final) and os.path.isdir(tmp) and exchange(tmp, final):
-        remove_path(tmp)  # now the old contents
-        return
-    old = temp_path(final, f"old-{uuid.uuid4().hex[:8]}")
+        return tmp  # now the old contents
+    old = temp_path(final, f"{OLD_TAG}{uuid.uuid4().hex[:8]}")
     os.rename(final, old)
     try:
         os.rename(tmp, final)
     except BaseException:
         os.rename(old, final)  # put the previous contents back
         raise
-    remove_path(old)
+    return old
+
+
+def replace_dir(tmp: str, final: str, *, replace: bool) -> None:
+    """:func:`publish_dir`, then the old contents removed."""
+    old = publish_dir(tmp, final, replace=replace)
+    if old is not None:
+        remove_path(old)
 
 
 # --------------------------------------------------------------------------- locks

@@ -291,6 +291,8 @@ def _csv_block(frame, selected: list, path: str, first_line: int) -> np.ndarray:
                     "is not a number; fix or drop that row, or choose numeric columns with columns=[...]"
                 )
             col = converted
+        if col.dtype.kind in "iu":  # pandas parsed integers: float64 must hold them exactly
+            check_exact_integers(col.to_numpy(), f"CSV file {path!r}, column {name!r}", first_line)
         out[:, k] = col.to_numpy(dtype=np.float64, na_value=np.nan)
     return out
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 import uuid
@@ -72,16 +73,22 @@ def write_partition(out_dir: str, index: int, batches, with_distance: bool = Tru
     return {"file": part_name(index), "rows": int(rows), "bytes": int(size)}
 
 
+PART_RE = re.compile(r"^part-\d{5,}\.parquet$")
+TEMP_RE = re.compile(r"^\.(part-\d{5,}\.parquet|_SUCCESS)\.tmp-[0-9a-f]+$")
+
+
 def is_output_entry(name: str) -> bool:
-    """Whether a directory entry is something a daskjoin Parquet output (or a killed run of one) holds."""
-    return (name == SUCCESS or (name.startswith(PART_PREFIX) and name.endswith(".parquet"))
-            or commit.TEMP_MARK in name)
+    """Whether a directory entry is something a daskjoin Parquet output (or a killed task of one) holds."""
+    return name == SUCCESS or bool(PART_RE.match(name)) or bool(TEMP_RE.match(name))
 
 
 def check_replaceable(path: str) -> None:
-    """Refuse to replace a directory that holds files daskjoin did not write (overwrite never deletes data)."""
-    if not os.path.isdir(path):
-        return
+    """Refuse to replace anything but a daskjoin output directory (overwrite never deletes data)."""
+    if not os.path.isdir(path) or os.path.islink(path):
+        raise InputError(
+            f"output path {path!r} exists and is not a directory daskjoin wrote; overwrite replaces only "
+            "daskjoin outputs: remove it yourself or choose another path"
+        )
     foreign = sorted(name for name in os.listdir(path) if not is_output_entry(name))
     if foreign:
         shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
@@ -141,10 +148,19 @@ class OutputRun:
             self.abort()
 
     def abort(self) -> None:
-        """Forget this run's output: its staging directory goes, the old output stays."""
+        """Forget this run's output: its staging directory goes, the old output stays.
+
+        The staging directory is renamed first, so a task still running somewhere can no
+        longer add files to it while it is removed.
+        """
         self._open = False
         try:
-            commit.remove_path(self.staging)
+            dead = commit.temp_path(self.path, f"dead-{self.run_id}")
+            try:
+                os.rename(self.staging, dead)
+            except FileNotFoundError:
+                dead = self.staging
+            commit.remove_path(dead)
         finally:
             self._lock.release()
 
@@ -156,9 +172,17 @@ class OutputRun:
                     "rows": int(sum(e["rows"] for e in entries)), **(extra or {})}
         commit.write_bytes(os.path.join(self.staging, SUCCESS),
                            json.dumps(manifest, indent=1, sort_keys=True).encode())
-        commit.publish_dir(self.staging, self.path, replace=self.overwrite)
-        self._open = False
-        self._lock.release()
+        try:
+            old = commit.publish_dir(self.staging, self.path, replace=self.overwrite)
+        except FileExistsError:
+            raise InputError(f"output path {self.path!r} appeared while this run wrote it (not by daskjoin, "
+                             "which would have held its lock); nothing was committed") from None
+        self._open = False  # committed: an interrupt from here on loses nothing
+        try:
+            if old is not None:
+                commit.remove_path(old)
+        finally:
+            self._lock.release()
         return manifest
 
     def _verify(self, entries: list[dict]) -> None:

@@ -221,7 +221,7 @@ def check_collection(c: SetCollection, where: str) -> None:
 # -- the Zarr store -----------------------------------------------------------
 def _commit(tmp: str, path: str, overwrite: bool) -> None:
     try:
-        commit.publish_dir(tmp, path, replace=overwrite)
+        commit.replace_dir(tmp, path, replace=overwrite)
     except FileExistsError:
         raise InputError(
             f"output path {path!r} appeared while it was being written; choose another path or pass overwrite=True"
@@ -376,8 +376,8 @@ def _open_store_cached(path: str, stamp: tuple):
 def _unwritten_zero_chunk(path: str, meta: dict, arrays: dict, name: str):
     """Which missing chunks of array ``name`` may be ones zarr never wrote because they were all 0.
 
-    :func:`write_sets` leaves zarr's ``write_empty_chunks=False``: a chunk all equal to the fill
-    value 0 is not written.  The layout's invariants say when that can be: ids and vocab are
+    :func:`write_sets` writes every chunk now; stores of earlier versions were written with
+    zarr's ``write_empty_chunks=False``, where a chunk all equal to the fill value 0 was not written.  The layout's invariants say when that can be: ids and vocab are
     unique (a 1-entry chunk at most), rank 0 is held by ``freq[0]`` sets (at most that many
     0 tokens), offsets and freq are non-decreasing from >= 0 (all earlier chunks are 0 too)
     and end at, or sum to, n_tokens.  Any other missing chunk is damage.
@@ -393,11 +393,15 @@ def _unwritten_zero_chunk(path: str, meta: dict, arrays: dict, name: str):
         if name == "tokens":
             freq = arrays["freq"]
             return freq.shape[0] > 0 and hi - lo <= int(np.asarray(freq[0:1])[0])
-        # offsets, freq: non-decreasing from >= 0, so an all-0 chunk has only all-0 (unwritten) chunks
-        # before it; and both end at or sum to n_tokens, so a last chunk of 0s means no tokens at all
-        if hi == arrays[name].shape[0] and meta["n_tokens"] != 0:
+        # offsets, freq: non-decreasing from >= 0, so a chunk can be all 0 only if the first entry
+        # after it, read from a chunk that is on disk, is 0 too; and both end at or sum to
+        # n_tokens, so a last chunk of 0s means no tokens at all
+        if hi == arrays[name].shape[0]:
+            return meta["n_tokens"] == 0
+        following = grid.covering(hi, hi + 1)
+        if not following or not os.path.exists(grid.path(following[0])):
             return False
-        return not any(os.path.exists(grid.path((k,))) for k in range(index[0]))
+        return int(np.asarray(arrays[name][hi:hi + 1])[0]) == 0
 
     return None if grid is None else allowed
 

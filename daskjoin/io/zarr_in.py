@@ -394,7 +394,7 @@ def _locate_bad_chunk(arr, store: str, array_path: str, grid: ChunkGrid, start: 
         region = tuple(slice(i * c, min(s, (i + 1) * c)) for i, c, s in zip(index, grid.chunks, grid.shape))
         try:
             arr[region]
-        except MemoryError:
+        except (MemoryError, OSError):  # the machine's trouble (EIO, ESTALE, ...): not proof of damage
             raise
         except Exception as exc:  # noqa: BLE001 - zarr and its codecs raise many types
             return bad_chunk_error(store, array_path, grid, index,
@@ -416,7 +416,7 @@ def read_rows(arr, store_path: str, array_path: str, start: int, stop: int, miss
         check_chunks_present(store_path, array_path, grid, start, stop, allow_missing)
     try:
         return np.asarray(arr[start:stop])
-    except MemoryError:
+    except (MemoryError, OSError):
         raise
     except Exception as exc:  # noqa: BLE001 - zarr and its codecs raise many types
         damaged = None if grid is None else _locate_bad_chunk(arr, store_path, array_path, grid, start, stop)
@@ -461,8 +461,8 @@ def _read_piece(piece) -> None:
         f = open(path, "rb", buffering=0)
     except FileNotFoundError:
         raise _BadChunk(index, None) from None
-    except OSError as exc:
-        raise _BadChunk(index, f"cannot be read ({type(exc).__name__}: {exc})") from None
+    # other OSErrors (EIO, ESTALE, EMFILE, EACCES) are the machine's trouble, not proof of a damaged
+    # store: they propagate as themselves (a task failure, exit 1), not as DamagedStoreError
     with f:
         size = os.fstat(f.fileno()).st_size
         if size != chunk_bytes:

@@ -235,7 +235,7 @@ class ZarrPointsWriter:
 
     def _commit(self) -> None:
         try:
-            commit.publish_dir(self.tmp_path, self.path, replace=self.overwrite)
+            commit.replace_dir(self.tmp_path, self.path, replace=self.overwrite)
         except FileExistsError:
             raise InputError(
                 f"output path {self.path!r} appeared while it was being written; choose another "

@@ -9,12 +9,13 @@ It does not depend on eps: one copy serves every join of the same array.
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..io.zarr_in import MemorySource, Source, ZarrSource, _open_cached
+from ..io.zarr_in import MemorySource, Source, ZarrSource, _open_cached, read_rows
 
 KEY_STRIDE = 256
 
@@ -39,7 +40,7 @@ class SortedCopy:
         if self.ids is not None:
             return pts, self.ids[start:stop]
         arr = _open_cached(self.group_path, "ids", ((self.n,), "int64"))
-        return pts, np.asarray(arr[start:stop], dtype=np.int64)
+        return pts, np.asarray(read_rows(arr, self.group_path, "ids", start, stop, "error"), dtype=np.int64)
 
     def upper_key(self, stop: int) -> float:
         """An upper bound of ``keys[stop - 1]`` (the largest key of rows before ``stop``)."""
@@ -74,9 +75,21 @@ def sort_in_memory(source: MemorySource, dim: int) -> SortedCopy:
     )
 
 
+#: Marks copies written with every chunk on disk (a missing chunk is damage, never zeros); copies
+#: without it (older versions) are rebuilt.
+LAYOUT = "all-chunks-v1"
+
+
 def sorted_copy_exists(group_path: str) -> bool:
-    """Whether a complete sorted copy is published at ``group_path`` (it appears there only whole)."""
-    return os.path.exists(os.path.join(group_path, "key_index", "zarr.json"))
+    """Whether a complete, current sorted copy is published at ``group_path`` (it appears there only whole)."""
+    if not os.path.exists(os.path.join(group_path, "key_index", "zarr.json")):
+        return False
+    try:
+        with open(os.path.join(group_path, "zarr.json")) as f:
+            attrs = json.load(f).get("attributes", {}).get("daskjoin", {})
+    except (OSError, ValueError, AttributeError):
+        return False
+    return attrs.get("layout") == LAYOUT
 
 
 def open_sorted(group_path: str, dim: int) -> SortedCopy:
@@ -85,7 +98,8 @@ def open_sorted(group_path: str, dim: int) -> SortedCopy:
     group = zarr.open_group(group_path, mode="r")
     points = group["points"]
     return SortedCopy(
-        points=ZarrSource(group_path, "points", tuple(points.shape), str(points.dtype), int(points.chunks[0])),
+        points=ZarrSource(group_path, "points", tuple(points.shape), str(points.dtype), int(points.chunks[0]),
+                          missing_chunks="error"),
         dim=dim,
         key_index=np.asarray(group["key_index"][:], dtype=np.float64),
         group_path=group_path,
