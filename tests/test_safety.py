@@ -433,3 +433,35 @@ def test_damaged_or_legacy_sorted_copy(client, tmp_path):
     clear_caches()
     with pytest.raises(DamagedStoreError, match="ids/c/3"):
         dj.similarity_join(path, **kw)
+
+
+def test_file_lock_without_flock_falls_back_to_exclusive_creation(tmp_path, monkeypatch):
+    """Where flock is not supported (Lustre without -o flock, some NFS): a lock by exclusive creation."""
+    import errno
+    import subprocess
+    import sys
+
+    class NoFlock:
+        LOCK_EX, LOCK_NB = 2, 4
+
+        @staticmethod
+        def flock(fd, flags):
+            raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(commit, "fcntl", NoFlock)
+    monkeypatch.setattr(commit, "_FLOCK_WORKS", {})
+    path = str(tmp_path / "x.lock")
+    with commit.FileLock(path, blocking=False):
+        with pytest.raises(commit.LockBusy):
+            commit.FileLock(path, blocking=False).acquire()
+    assert not os.path.exists(path)
+    # a lock file left by a process of this host that has died is taken over
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    with open(path, "w") as f:
+        json.dump({"pid": int(dead.stdout), "host": __import__("socket").gethostname()}, f)
+    with commit.FileLock(path, blocking=False):
+        pass
+    with open(path, "w") as f:
+        json.dump({"pid": os.getpid(), "host": "another-host"}, f)  # cannot tell: busy
+    with pytest.raises(commit.LockBusy):
+        commit.FileLock(path, blocking=False).acquire()

@@ -20,10 +20,17 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
-import fcntl
+import json
 import os
 import shutil
+import socket
+import time
 import uuid
+
+try:
+    import fcntl
+except ImportError:  # Windows: locks by exclusive creation (FileLock)
+    fcntl = None
 
 TEMP_MARK = ".tmp-"
 
@@ -187,6 +194,8 @@ class FileLock:
         self._fd: int | None = None
 
     def acquire(self) -> "FileLock":
+        if not _flock_works(os.path.dirname(os.path.abspath(self.path))):
+            return self._acquire_by_creation()
         flags = fcntl.LOCK_EX | (0 if self.blocking else fcntl.LOCK_NB)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -206,11 +215,34 @@ class FileLock:
             if same:
                 break
             os.close(fd)  # the previous holder removed it between our open and our lock
-        if self.note:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, self.note.encode(), 0)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, self._note().encode(), 0)
         self._fd = fd
         return self
+
+    def _note(self) -> str:
+        """Who holds the lock: the caller's note, else this host and process (to tell a stale lock)."""
+        return self.note or json.dumps({"pid": os.getpid(), "host": socket.gethostname()})
+
+    def _acquire_by_creation(self) -> "FileLock":
+        """Where flock is missing: the lock is the file's exclusive creation; a lock left by a dead
+        process of this host is taken over."""
+        while True:
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                holder = _read_file(self.path)
+                if _stale(holder):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(self.path)
+                    continue
+                if not self.blocking:
+                    raise LockBusy(self.path, holder) from None
+                time.sleep(0.2)
+                continue
+            os.write(fd, self._note().encode())
+            self._fd = fd
+            return self
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
@@ -225,6 +257,65 @@ class FileLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+_NO_FLOCK = {errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL}
+_FLOCK_WORKS: dict = {}  # device id -> whether flock works on that file system
+
+
+def _flock_works(folder: str) -> bool:
+    """Whether flock works in ``folder`` (not on Windows, Lustre without -o flock, some NFS and FUSE
+    mounts), tried once per file system on a file of our own."""
+    if fcntl is None:
+        return False
+    try:
+        device = os.stat(folder).st_dev
+    except OSError:
+        return True  # let the real attempt report the problem
+    known = _FLOCK_WORKS.get(device)
+    if known is None:
+        probe = temp_path(os.path.join(folder, "flock-probe"))
+        try:
+            fd = os.open(probe, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            known = True
+        except OSError as exc:
+            known = exc.errno not in _NO_FLOCK
+        finally:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.remove(probe)
+        _FLOCK_WORKS[device] = known
+    return known
+
+
+def _read_file(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read(512).decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _stale(holder: str) -> bool:
+    """A lock note naming a process of this host that no longer runs."""
+    try:
+        info = json.loads(holder)
+        pid, host = int(info["pid"]), info["host"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    if host != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _read_note(fd: int) -> str:
