@@ -10,6 +10,7 @@ from .execution import graph
 from .execution.cluster import ClusterRunner, resolve_client
 from .io.parquet_out import OutputRun, check_replaceable
 from .io.zarr_in import ZarrSource, open_points
+from .kinds.epsilon import JoinJob
 from .kernels import METHODS
 from .planning.plan import Plan
 from .planning.planner import PARTITIONINGS, make_plan
@@ -331,13 +332,16 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
     if out is None:
         plan = _plan(checked, **plan_options)
         if output == "count":
-            return graph.count(plan, client, progress=progress)
-        return graph.to_dataframe(plan, with_distance)
+            return graph.count(JoinJob.from_plan(plan, False), plan.partitions, client, progress=progress)
+        return graph.to_dataframe(JoinJob.from_plan(plan, with_distance), plan.partitions,
+                                  cache_key=(id(plan), with_distance), owner=plan)
     with OutputRun(out, overwrite) as run:  # owned from before planning: a second writer fails at once
         start = time.perf_counter()
         plan = _plan(checked, **plan_options)
         planned = time.perf_counter()
-        manifest = graph.write_parquet(plan, client, run, with_distance=with_distance, progress=progress)
+        extra = {"eps": plan.eps, "method": plan.method, "partitioning": plan.partitioning, "selfjoin": plan.selfjoin}
+        manifest = graph.write_parquet(JoinJob.from_plan(plan, with_distance), plan.partitions, client, run,
+                                       progress=progress, extra=extra)
     return JoinResult(
         path=out, pairs=manifest["rows"], files=len(manifest["files"]), plan_seconds=planned - start,
         run_seconds=time.perf_counter() - planned, plan=plan,

@@ -136,14 +136,15 @@ def test_gpu_task_frees_memory_and_raises(monkeypatch):
 
     from daskjoin.execution import task
     from daskjoin.io.zarr_in import MemorySource
+    from daskjoin.kinds import epsilon
     from daskjoin.planning.plan import Partition
 
     def boom(*args, **kwargs):
         cp.empty(1 << 20, cp.uint8)  # something cached in the pool
         raise cp.cuda.runtime.CUDARuntimeError(2)
 
-    monkeypatch.setattr(task._Sides, "batches", boom)
-    job = task.JoinJob(MemorySource(np.zeros((4, 2))), None, True, 0.1, "grid", "gpu", True)
+    monkeypatch.setattr(epsilon._Sides, "batches", boom)
+    job = epsilon.JoinJob(MemorySource(np.zeros((4, 2))), None, True, 0.1, "grid", "gpu", True)
     with pytest.raises(cp.cuda.runtime.CUDARuntimeError):
         task.partition_frame(Partition(0, (0, 4), None, True, 0.0), job)
     assert cp.get_default_memory_pool().total_bytes() == 0

@@ -18,7 +18,7 @@ import zarr
 import daskjoin as dj
 from daskjoin import api
 from daskjoin.execution import graph
-from daskjoin.execution.task import JoinJob
+from daskjoin.kinds.epsilon import JoinJob
 from daskjoin.io.zarr_in import chunk_files, open_points, raw_layout, read_raw
 from daskjoin.io.zarr_out import ZarrPointsWriter
 from daskjoin.kernels import host_allocator

@@ -1,4 +1,8 @@
-"""Plans to Dask work: a lazy DataFrame (``dd.from_map``), an exact count, or Parquet files."""
+"""Jobs to Dask work, for every join kind: a lazy DataFrame (``dd.from_map``), an exact count, or Parquet files.
+
+The only module that builds Dask graphs.  A job (see :mod:`.task`) and its partitions go in;
+one scatter policy, one empty-plan path and one progress bar serve every kind.
+"""
 from __future__ import annotations
 
 import time
@@ -6,69 +10,58 @@ import time
 import dask.dataframe as dd
 
 from ..io import parquet_out
-from ..planning.plan import Plan
 from .progress import wait_all
-from .task import JoinJob, meta_frame, partition_count, partition_frame, partition_to_parquet
+from .task import meta_frame, partition_count, partition_frame, partition_to_parquet
 
-
-_FRAMES: dict = {}  # (id(plan), with_distance) -> (plan, frame)
+_FRAMES: dict = {}  # cache key -> (owner, frame)
 FRAME_CACHE_SIZE = 16
-
-
-def to_dataframe(plan: Plan, with_distance: bool = True):
-    """A lazy Dask DataFrame of the pairs, one partition per plan partition.
-
-    Plans are cached (see ``planning.planner``), so a repeated join gets a shallow copy of
-    the frame built for its plan the first time: same graph and keys, no new tokenizing.
-    """
-    key = (id(plan), with_distance)
-    hit = _FRAMES.get(key)
-    if hit is not None and hit[0] is plan:
-        return hit[1].copy()  # a new collection object: callers may rename its columns
-    job = JoinJob.from_plan(plan, with_distance)
-    frame = dd.from_map(
-        partition_frame,
-        list(plan.partitions),
-        args=[job],
-        meta=meta_frame(with_distance),
-        label="daskjoin-pairs",
-        enforce_metadata=False,
-    )
-    if len(_FRAMES) >= FRAME_CACHE_SIZE:
-        _FRAMES.clear()
-    _FRAMES[key] = (plan, frame)
-    return frame.copy()
-
 
 #: A job carrying more array data than this is scattered to the workers once instead of riding with each task.
 SCATTER_BYTES = 1 << 20
 
 
-def _submit(client, func, plan: Plan, **kwargs):
-    job = kwargs.pop("job")
+def to_dataframe(job, parts, *, cache_key=None, owner=None):
+    """A lazy Dask DataFrame of the pairs, one partition per plan partition.
+
+    ``cache_key``/``owner``: a repeated join of the same (cached) plan gets a shallow copy of
+    the frame built the first time: same graph and keys, no new tokenizing.
+    """
+    if cache_key is not None:
+        hit = _FRAMES.get(cache_key)
+        if hit is not None and hit[0] is owner:
+            return hit[1].copy()  # a new collection object: callers may rename its columns
+    if not parts:
+        frame = dd.from_pandas(meta_frame(job.value), npartitions=1)
+    else:
+        frame = dd.from_map(partition_frame, list(parts), args=[job], meta=meta_frame(job.value), label=job.label,
+                            enforce_metadata=False)
+    if cache_key is not None:
+        if len(_FRAMES) >= FRAME_CACHE_SIZE:
+            _FRAMES.clear()
+        _FRAMES[cache_key] = (owner, frame)
+    return frame.copy()
+
+
+def _submit(client, func, job, parts, **kwargs):
     if job.in_memory_bytes() > SCATTER_BYTES:
         [job] = client.scatter([job], hash=False)  # a round trip, worth it only for in-memory data
-    return client.map(func, list(plan.partitions), job=job, pure=False, **kwargs)
+    return client.map(func, list(parts), job=job, pure=False, **kwargs)
 
 
-def count(plan: Plan, client, *, progress: bool = False) -> int:
+def count(job, parts, client, *, progress: bool = False) -> int:
     """The exact number of pairs; no pairs are materialised."""
-    futures = _submit(client, partition_count, plan, job=JoinJob.from_plan(plan, False))
+    if not parts:
+        return 0
+    futures = _submit(client, partition_count, job, parts)
     return int(sum(wait_all(client, futures, progress=progress, desc="counting")))
 
 
-def write_parquet(plan: Plan, client, run: parquet_out.OutputRun, *, with_distance: bool = True,
-                  progress: bool = False) -> dict:
+def write_parquet(job, parts, client, run: parquet_out.OutputRun, *, progress: bool = False,
+                  extra: dict | None = None) -> dict:
     """Each partition to its own Parquet file in ``run``'s staging directory, then the commit; returns the manifest."""
     start = time.perf_counter()
-    futures = _submit(client, partition_to_parquet, plan, job=JoinJob.from_plan(plan, with_distance),
-                      out_dir=run.staging)
-    entries = wait_all(client, futures, progress=progress, desc="joining")
-    extra = {
-        "eps": plan.eps,
-        "method": plan.method,
-        "partitioning": plan.partitioning,
-        "selfjoin": plan.selfjoin,
-        "seconds": round(time.perf_counter() - start, 3),
-    }
-    return run.commit(entries, extra)
+    entries = []
+    if parts:
+        futures = _submit(client, partition_to_parquet, job, parts, out_dir=run.staging)
+        entries = wait_all(client, futures, progress=progress, desc="joining")
+    return run.commit(entries, {**(extra or {}), "seconds": round(time.perf_counter() - start, 3)})

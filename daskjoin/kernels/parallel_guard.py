@@ -53,3 +53,10 @@ def serialised():
     if _guard is None:
         _guard = _NO_LOCK if threading_layer() in THREAD_SAFE_LAYERS else _LOCK
     return _guard
+
+
+def set_threads(wanted: int) -> None:
+    """Numba threads for the kernels this thread launches next (clamped to what Numba started)."""
+    import numba
+
+    numba.set_num_threads(max(1, min(int(wanted), numba.config.NUMBA_NUM_THREADS)))

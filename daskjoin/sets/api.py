@@ -12,7 +12,8 @@ from ..api import JoinResult
 from ..execution.cluster import resolve_client
 from ..io.parquet_out import OutputRun
 from ..validation import InputError
-from . import execute
+from ..execution import graph
+from ..kinds.sets import SetJob, SetSource
 from .local import ALGORITHMS
 from .measures import Threshold, parse_threshold
 from .plan import SetPlan, cross_blocks, matchable_from, partition_count, self_blocks, split_ranges
@@ -28,7 +29,7 @@ class SetJoinResult(JoinResult):
     def read(self):
         """The pairs (i, j, sim) as a Dask DataFrame read back from the Parquet files."""
         if not self.files:
-            return execute.to_dataframe(execute.SetJob(self.plan, None, None))
+            return graph.to_dataframe(SetJob(self.plan, None, None), ())
         return super().read()
 
 
@@ -38,7 +39,7 @@ class _Input:
 
     sizes: np.ndarray
     tokens: int
-    source: execute.SetSource
+    source: SetSource
     collection: object = None
 
 
@@ -55,7 +56,7 @@ def _open_input(x, name: str) -> _Input:
 
         mode = missing_chunks_mode()
         offsets = read_offsets(path, missing_chunks=mode)
-        return _Input(np.diff(offsets), int(offsets[-1]), execute.SetSource(path=path, missing_chunks=mode))
+        return _Input(np.diff(offsets), int(offsets[-1]), SetSource(path=path, missing_chunks=mode))
     if isinstance(x, SetCollection):
         coll = x
     elif isinstance(x, np.ndarray) or not hasattr(x, "__iter__") or isinstance(x, (bytes, dict)):
@@ -63,7 +64,7 @@ def _open_input(x, name: str) -> _Input:
                          f"got {type(x).__name__}")
     else:
         coll = prepare_sets(x)
-    return _Input(coll.sizes, coll.n_tokens, execute.SetSource(collection=coll), coll)
+    return _Input(coll.sizes, coll.n_tokens, SetSource(collection=coll), coll)
 
 
 def _aligned(a: _Input, b: _Input) -> tuple[_Input, _Input]:
@@ -85,10 +86,10 @@ def _aligned(a: _Input, b: _Input) -> tuple[_Input, _Input]:
 
     def side(x: _Input, new_rank) -> _Input:
         if x.collection is None:
-            return _Input(x.sizes, x.tokens, execute.SetSource(path=x.source.path, remap=new_rank.astype(np.int32),
+            return _Input(x.sizes, x.tokens, SetSource(path=x.source.path, remap=new_rank.astype(np.int32),
                                                                missing_chunks=x.source.missing_chunks))
         c = reranked(x.collection, new_rank, vocab, freq)
-        return _Input(c.sizes, c.n_tokens, execute.SetSource(collection=c), c)
+        return _Input(c.sizes, c.n_tokens, SetSource(collection=c), c)
 
     return side(a, rank_a), side(b, rank_b)
 
@@ -214,12 +215,15 @@ def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", algor
             in_a, in_b = _aligned(in_a, in_b)
         plan = _plan(in_a, in_b, thr, algorithm=algorithm, backend=backend, client=client, budget=budget,
                      partitions=partitions, gpu_options=options)
-        job = execute.SetJob(plan, in_a.source, None if in_b is None else in_b.source)
+        job = SetJob(plan, in_a.source, None if in_b is None else in_b.source)
         planned = time.perf_counter()
         if output == "count":
-            return execute.count(job, client, progress=progress) if plan.blocks else 0
+            return graph.count(job, plan.blocks, client, progress=progress)
         if out is None:
-            return execute.to_dataframe(job)
-        manifest = execute.write_parquet(job, client, run, progress=progress)
+            return graph.to_dataframe(job, plan.blocks)
+        t = plan.threshold
+        extra = {"measure": t.measure, "threshold": str(t.exact), "algorithm": plan.algorithm,
+                 "selfjoin": plan.selfjoin}
+        manifest = graph.write_parquet(job, plan.blocks, client, run, progress=progress, extra=extra)
     return SetJoinResult(path=out, pairs=manifest["rows"], files=len(manifest["files"]),
                          plan_seconds=planned - start, run_seconds=time.perf_counter() - planned, plan=plan)

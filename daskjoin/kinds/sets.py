@@ -1,21 +1,20 @@
-"""Set-join plans to Dask work: what one block task does, and the lazy frame / count / Parquet drivers."""
+"""The set-similarity join as a join kind: what each of its tasks does with one size-range block.
+
+:class:`SetJob` is what every task of one set join shares; it reads the block's sets (from a
+store by range, or from memory), filters and verifies them (:mod:`daskjoin.sets.local`), and
+reports pairs in original ids.  The execution layer (:mod:`daskjoin.execution.task`) calls
+its ``batches`` and ``count``.
+"""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
-from ..execution.progress import wait_all
-from ..execution.task import _freeing_gpu_on_error, _set_threads
-from ..io import parquet_out
 from ..kernels import resolve_backend
-from . import local
-from .local import Flat
-from .plan import SetBlock, SetPlan
-
-VALUE_COLUMN = ("sim", "float64")
+from ..sets import local
+from ..sets.local import Flat
+from ..sets.plan import SetBlock, SetPlan
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,8 +52,23 @@ class SetJob:
     source_a: SetSource
     source_b: SetSource | None
 
+    value = ("sim", "float64")
+    label = "daskjoin-setpairs"
+    sorts_rows = True  # each batch leaves sorted by (i, j); a frame of several batches is sorted whole
+
+    def in_memory_bytes(self) -> int:
+        """Bytes of array data the job carries (in-memory collections, token remaps)."""
+        total = 0
+        for source in (self.source_a, self.source_b):
+            if source is None:
+                continue
+            total += getattr(source.remap, "nbytes", 0) if source.remap is not None else 0
+            coll = source.collection
+            for name in ("tokens", "offsets", "ids", "vocab", "freq"):
+                total += getattr(getattr(coll, name, None), "nbytes", 0) if coll is not None else 0
+        return int(total)
+
     def _sides(self, block: SetBlock):
-        _set_threads()
         r, r_ids = self.source_a.read(block.r)
         if block.is_self:
             return r, r_ids, None, r_ids
@@ -73,8 +87,11 @@ class SetJob:
         r, _, s, _ = self._sides(block)
         return int(local.block_count(r, s, self.plan.threshold, **self._kernel_args(block)))
 
-    def batches(self, block: SetBlock):
-        """The block's matches as (i, j, sim) batches in original ids (self-joins: i < j)."""
+    def batches(self, block: SetBlock, max_pairs: int | None = None):
+        """The block's matches as (i, j, sim) batches in original ids (self-joins: i < j), each sorted.
+
+        Batches are bounded by the verifier's chunks (``chunk_candidates``), whatever ``max_pairs`` says.
+        """
         r, r_ids, s, s_ids = self._sides(block)
         sizes_r = r.sizes
         sizes_s = sizes_r if s is None else s.sizes
@@ -85,56 +102,3 @@ class SetJob:
                 i, j = np.minimum(i, j), np.maximum(i, j)
             order = np.lexsort((j, i))
             yield i[order], j[order], sim[order]
-
-
-def meta_frame() -> pd.DataFrame:
-    return pd.DataFrame({"i": np.zeros(0, np.int64), "j": np.zeros(0, np.int64), "sim": np.zeros(0, np.float64)})
-
-
-@_freeing_gpu_on_error
-def block_frame(block: SetBlock, job: SetJob) -> pd.DataFrame:
-    parts = list(job.batches(block))
-    if not parts:
-        return meta_frame()
-    i, j, sim = (np.concatenate(c) for c in zip(*parts))
-    order = np.lexsort((j, i))
-    return pd.DataFrame({"i": i[order], "j": j[order], "sim": sim[order]}, copy=False)
-
-
-@_freeing_gpu_on_error
-def block_count(block: SetBlock, job: SetJob) -> int:
-    return job.count(block)
-
-
-@_freeing_gpu_on_error
-def block_to_parquet(block: SetBlock, job: SetJob, out_dir: str) -> dict:
-    return parquet_out.write_partition(out_dir, block.index, job.batches(block), value=VALUE_COLUMN)
-
-
-def to_dataframe(job: SetJob):
-    import dask.dataframe as dd
-
-    if not job.plan.blocks:
-        return dd.from_pandas(meta_frame(), npartitions=1)
-    return dd.from_map(block_frame, list(job.plan.blocks), args=[job], meta=meta_frame(), label="daskjoin-setpairs",
-                       enforce_metadata=False)
-
-
-def _submit(client, func, job: SetJob, **kwargs):
-    [shared] = client.scatter([job], hash=False)
-    return client.map(func, list(job.plan.blocks), job=shared, pure=False, **kwargs)
-
-
-def count(job: SetJob, client, *, progress: bool = False) -> int:
-    futures = _submit(client, block_count, job)
-    return int(sum(wait_all(client, futures, progress=progress, desc="counting")))
-
-
-def write_parquet(job: SetJob, client, run: parquet_out.OutputRun, *, progress: bool = False) -> dict:
-    start = time.perf_counter()
-    futures = _submit(client, block_to_parquet, job, out_dir=run.staging)
-    entries = wait_all(client, futures, progress=progress, desc="joining")
-    t = job.plan.threshold
-    extra = {"measure": t.measure, "threshold": str(t.exact), "algorithm": job.plan.algorithm,
-             "selfjoin": job.plan.selfjoin, "seconds": round(time.perf_counter() - start, 3)}
-    return run.commit(entries, extra)

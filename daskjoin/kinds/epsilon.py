@@ -1,0 +1,133 @@
+"""The ε-join as a join kind: what each of its tasks does with one partition.
+
+:class:`JoinJob` is what every task of one ε-join shares (shipped once with the graph); it
+reads a partition's rows, runs the kernel and reports pairs in original row ids.  The
+execution layer (:mod:`daskjoin.execution.task`) calls its ``batches`` and ``count``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..kernels import get_kernel, host_allocator, resolve_backend
+from ..planning.plan import Partition, Plan
+from ..planning.sorted_copy import SortedCopy
+
+DISTANCE = ("dist", "float32")
+
+
+@dataclass(frozen=True, eq=False)
+class JoinJob:
+    """What every task of one join shares (shipped once with the graph)."""
+
+    reader_a: object
+    reader_b: object
+    selfjoin: bool
+    eps: float
+    method: str
+    backend: str
+    with_distance: bool
+    gpu_options: tuple = ()
+    inputs_token: str = ""  # fingerprint of Zarr inputs: changed data, new task keys
+
+    @classmethod
+    def from_plan(cls, plan: Plan, with_distance: bool = True) -> "JoinJob":
+        return cls(plan.reader_a, plan.reader_b, plan.selfjoin, plan.eps, plan.method, plan.backend, with_distance,
+                   plan.gpu_options, plan.inputs_token)
+
+    def in_memory_bytes(self) -> int:
+        """Bytes of array data the job carries (in-memory inputs, sorted-copy ids and key index)."""
+        total = 0
+        for reader in (self.reader_a, self.reader_b):
+            for obj in (reader, getattr(reader, "points", None)):
+                for name in ("data", "ids", "key_index"):
+                    arr = getattr(obj, name, None)
+                    total += getattr(arr, "nbytes", 0) if arr is not None else 0
+        return int(total)
+
+    @property
+    def value(self) -> tuple | None:
+        """The output's value column (name, dtype), or None without distances."""
+        return DISTANCE if self.with_distance else None
+
+    label = "daskjoin-pairs"
+    sorts_rows = False  # rows leave in the kernel's order (sorting them is left to [e2e]: its cost)
+
+    def batches(self, part: Partition, max_pairs: int | None):
+        """The partition's (i, j, dist) in original ids; bounded batches where its estimate exceeds ``max_pairs``."""
+        bounded = max_pairs is not None and part.est_pairs > max_pairs
+        yield from _Sides(self, part).batches(max_pairs if bounded else None)
+
+    def count(self, part: Partition) -> int:
+        return _Sides(self, part).count()
+
+    def kernel(self):
+        """This worker's kernel: 'auto' resolved here; GPU tuning options only where it runs on a GPU."""
+        backend = resolve_backend(self.backend)
+        return get_kernel(self.method, backend, **(dict(self.gpu_options) if backend == "gpu" else {}))
+
+
+def _read(reader, rows: tuple[int, int], empty=None):
+    """The rows' points and their original ids: an id array (sorted copies) or the first row's id.
+
+    ``empty(shape, dtype)`` allocates the points read from Zarr (pinned memory for a GPU kernel).
+    """
+    start, stop = rows
+    if isinstance(reader, SortedCopy):
+        return reader.read(start, stop, empty)
+    return reader.read(start, stop, empty), start
+
+
+def _to_original(local: np.ndarray, ids) -> np.ndarray:
+    """Local row numbers to original ids: an offset added in place, or a look-up in an id array."""
+    if isinstance(ids, (int, np.integer)):
+        if ids:
+            local += ids
+        return local
+    return ids[local]
+
+
+class _Sides:
+    """The rows of one partition, read once."""
+
+    def __init__(self, job: JoinJob, part: Partition):
+        self.job, self.part = job, part
+        self.kernel = job.kernel()
+        empty = host_allocator(self.kernel.backend)
+        self.pa, self.ia = _read(job.reader_a, part.a, empty)
+        if part.b is not None:
+            self.pb, self.ib = _read(job.reader_b if job.reader_b is not None else job.reader_a, part.b, empty)
+
+    def _globalize(self, li, lj, dist, cross: bool):
+        ids_b = self.ib if cross else self.ia
+        i, j = _to_original(li, self.ia), _to_original(lj, ids_b)
+        if self.job.selfjoin and not (isinstance(self.ia, int) and isinstance(ids_b, int)):
+            # sorted copies reorder rows: restore i < j (row offsets keep the kernels' order:
+            # a chunk-pair task's first block always precedes its second)
+            i, j = np.minimum(i, j), np.maximum(i, j)
+        return i, j, dist
+
+    def batches(self, max_pairs: int | None):
+        """(i, j, dist) arrays in global ids; bounded batches when ``max_pairs`` is given."""
+        kernel = self.kernel
+        eps, wd = self.job.eps, self.job.with_distance
+        if self.part.self_part:
+            if max_pairs is None:
+                yield self._globalize(*kernel.self_join(self.pa, eps, wd), cross=False)
+            else:
+                for got in kernel.self_batches(self.pa, eps, max_pairs, wd):
+                    yield self._globalize(*got, cross=False)
+        if self.part.b is not None:
+            if max_pairs is None:
+                yield self._globalize(*kernel.cross_join(self.pa, self.pb, eps, wd), cross=True)
+            else:
+                for got in kernel.cross_batches(self.pa, self.pb, eps, max_pairs, wd):
+                    yield self._globalize(*got, cross=True)
+
+    def count(self) -> int:
+        kernel = self.kernel
+        total = kernel.self_count(self.pa, self.job.eps) if self.part.self_part else 0
+        if self.part.b is not None:
+            total += kernel.cross_count(self.pa, self.pb, self.job.eps)
+        return int(total)
