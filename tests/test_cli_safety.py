@@ -182,3 +182,23 @@ def test_task_failure_is_one_line_naming_the_partition(small, tmp_path):
                       tmp_path, env=_env(**bad))
     assert verbose.returncode == 1 and "Traceback" in verbose.stderr
     os.remove(verbose.stderr.strip().splitlines()[-1].split("traceback in ")[1].split(" ")[0].rstrip(";"))
+
+
+def test_concurrent_cli_joins_of_a_fresh_input_build_its_caches_once(tmp_path):
+    """Two processes join a store nobody joined before: statistics and sorted copy built once, both exact."""
+    from scipy.spatial import cKDTree
+
+    x = np.random.default_rng(9).random((6000, 3))
+    path = write_zarr(tmp_path / "fresh.zarr", x, 400)
+    jobs = {k: ["join", path, "--eps", "0.05", "--count", "--quiet", "--partitioning", "slabs",
+                "--memory-budget", "128KiB"] for k in ("first", "second")}
+    results = run_many(jobs, tmp_path, workers=2)
+    expected = len(cKDTree(x).query_pairs(0.05))
+    for key, proc in results.items():
+        assert proc.returncode == 0, key + _explain(proc)
+        assert int(proc.stdout.split()[0]) == expected
+    cache = path + ".daskjoin"
+    names = sorted(os.listdir(cache))
+    assert len([n for n in names if n.startswith("stats-")]) == 1
+    assert len([n for n in names if n.startswith("sorted-")]) == 1
+    assert _leftovers(cache) == [] and _leftovers(tmp_path) == []
