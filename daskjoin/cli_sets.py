@@ -6,7 +6,9 @@ import time
 
 EXAMPLES = {
     "setjoin": "daskjoin setjoin sets.zarr --measure jaccard --threshold 0.8 --out pairs.parquet\n"
-               "  daskjoin setjoin r.zarr s.zarr --measure cosine --threshold 0.9 --count",
+               "  daskjoin setjoin r.zarr s.zarr --measure cosine --threshold 0.9 --count\n"
+               "  daskjoin setjoin sets.zarr --threshold 0.8 --out pairs.parquet --cluster slurm --jobs 4",
+    "setplan": "daskjoin setplan sets.zarr --measure jaccard --threshold 0.8 --memory-budget 2GB",
     "import-sets": "daskjoin import-sets titles.txt titles.zarr            # one set per line, whitespace-separated\n"
                    "  daskjoin import-sets baskets.parquet baskets.zarr --column items",
     "synth-sets": "daskjoin synth-sets kosarak kosarak.zarr --n 600000 --seed 0",
@@ -15,24 +17,41 @@ EXAMPLES = {
 
 def add_commands(sub, command) -> None:
     """Register the set-join subcommands with the main parser (see :mod:`daskjoin.cli`)."""
+    def set_options(p, *, clusters: bool) -> None:
+        p.add_argument("a", help="set store (from `daskjoin import-sets`)")
+        p.add_argument("b", nargs="?", help="second set store for an R×S join (omit for a self-join)")
+        p.add_argument("--measure", default="jaccard", help="jaccard, cosine, dice or overlap (default: jaccard)")
+        p.add_argument("--threshold", required=True, type=float,
+                       help="similarity threshold in (0, 1]; for overlap a number of shared tokens")
+        p.add_argument("--method", "--algorithm", dest="method", default="ppjoin",
+                       help="ppjoin or allpairs (default: ppjoin; --algorithm is the old name)")
+        p.add_argument("--backend", default="auto", help="where candidates are verified: auto, cpu or gpu")
+        p.add_argument("--partitions", type=int, default=None, help="size-range partitions (default: automatic)")
+        p.add_argument("--memory-budget", default=None, help="memory per task, e.g. 2GB (default: auto)")
+        p.add_argument("--missing-chunks", choices=("error", "fill"), default=None,
+                       help="a chunk file missing from a set store: error (default) or read it as the fill value")
+        where = p.add_mutually_exclusive_group() if clusters else p
+        where.add_argument("--scheduler", default=None,
+                           help="address of a running Dask scheduler (default: a local cluster)")
+        if clusters:
+            from .cli import CLUSTERS
+
+            where.add_argument("--cluster", choices=CLUSTERS, default="local",
+                               help="local (default), or slurm / pbs: --jobs batch jobs configured in dask config")
+            p.add_argument("--jobs", type=int, default=None,
+                           help="batch jobs to submit with --cluster slurm|pbs (default: 1)")
+
     p = command("setjoin", "Set-similarity join of token-set stores: Parquet pairs (i, j, sim) or the exact count.",
                 EXAMPLES["setjoin"], handler=_setjoin)
-    p.add_argument("a", help="set store (from `daskjoin import-sets`)")
-    p.add_argument("b", nargs="?", help="second set store for an R×S join (omit for a self-join)")
-    p.add_argument("--measure", default="jaccard", help="jaccard, cosine, dice or overlap (default: jaccard)")
-    p.add_argument("--threshold", required=True, type=float,
-                   help="similarity threshold in (0, 1]; for overlap a number of shared tokens")
-    p.add_argument("--algorithm", default="ppjoin", help="ppjoin or allpairs (default: ppjoin)")
-    p.add_argument("--backend", default="auto", help="where candidates are verified: auto, cpu or gpu")
-    p.add_argument("--partitions", type=int, default=None, help="size-range partitions (default: automatic)")
-    p.add_argument("--memory-budget", default=None, help="memory per task, e.g. 2GB (default: auto)")
-    p.add_argument("--missing-chunks", choices=("error", "fill"), default=None,
-                   help="a chunk file missing from a set store: error (default) or read it as the fill value")
-    p.add_argument("--scheduler", default=None, help="address of a running Dask scheduler (default: a local cluster)")
+    set_options(p, clusters=True)
     p.add_argument("--out", help="output directory of Parquet files (required unless --count)")
     p.add_argument("--count", action="store_true", help="print the exact number of pairs; write nothing")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    plan = command("setplan", "Print the plan of a set-similarity join (partitions, blocks, filters) without running it.",
+                   EXAMPLES["setplan"], handler=_setplan)
+    set_options(plan, clusters=False)
 
     imp = command("import-sets", "Import token sets (text: one set per line; Parquet: a list column) into a set store.",
                   EXAMPLES["import-sets"], handler=_import_sets)
@@ -67,15 +86,13 @@ def _setjoin(args) -> int:
     if args.out:
         inputs = {f"input {name}": path for name, path in (("A", args.a), ("B", args.b)) if path is not None}
         dj.api.check_output(args.out, args.overwrite, inputs)
-    threshold = args.threshold
-    if args.measure == "overlap" and float(threshold).is_integer():
-        threshold = int(threshold)
-    common = dict(threshold=threshold, measure=args.measure, algorithm=args.algorithm, backend=args.backend,
+    threshold = _threshold(args)
+    common = dict(threshold=threshold, measure=args.measure, method=args.method, backend=args.backend,
                   partitions=args.partitions, memory_budget=args.memory_budget, progress=not args.quiet)
     _check_before_cluster(args, common)
-    from .execution.cluster import resolve_client
+    from .cli import _client
 
-    client = resolve_client(address=args.scheduler)
+    client = _client(args)
     start = time.perf_counter()
     if args.count:
         n = dj.set_similarity_join(args.a, args.b, output="count", client=client, **common)
@@ -95,12 +112,34 @@ def _check_before_cluster(args, common) -> None:
     from .validation import InputError
 
     parse_threshold(common["measure"], common["threshold"])
-    _check_options(common["algorithm"], "pairs", common["partitions"], None)
+    _check_options(common["method"], "pairs", common["partitions"], None)
     if common["backend"] not in ("auto", "cpu", "gpu"):
         raise InputError(f"--backend must be auto, cpu or gpu, got {common['backend']!r}")
     for path in (args.a, args.b):
         if path is not None and not is_set_store(path):
             raise InputError(f"{path!r} is not a daskjoin set store (create one with `daskjoin import-sets`)")
+
+
+def _threshold(args):
+    threshold = args.threshold
+    if args.measure == "overlap" and float(threshold).is_integer():
+        threshold = int(threshold)
+    return threshold
+
+
+def _setplan(args) -> int:
+    import daskjoin as dj
+    from .cli import _missing_chunks
+
+    _missing_chunks(args)
+    common = dict(threshold=_threshold(args), measure=args.measure, method=args.method, backend=args.backend,
+                  partitions=args.partitions, memory_budget=args.memory_budget)
+    _check_before_cluster(args, common)
+    from .execution.cluster import resolve_client
+
+    plan = dj.plan_set_join(args.a, args.b, client=resolve_client(address=args.scheduler), **common)
+    print(plan.explain())
+    return 0
 
 
 def _import_sets(args) -> int:

@@ -165,8 +165,8 @@ BAD = {
                      ["overlap", "0"]),
     "measure": (["setjoin", "{w}/docs.zarr", "--measure", "tanimoto", "--threshold", "0.5", "--count"],
                 ["measure", "tanimoto"]),
-    "algorithm": (["setjoin", "{w}/docs.zarr", "--algorithm", "mpjoin", "--threshold", "0.5", "--out", "{w}/OUT"],
-                  ["algorithm", "mpjoin"]),
+    "algorithm": (["setjoin", "{w}/docs.zarr", "--method", "mpjoin", "--threshold", "0.5", "--out", "{w}/OUT"],
+                  ["method", "mpjoin"]),
     "backend": (["setjoin", "{w}/docs.zarr", "--backend", "tpu", "--threshold", "0.5", "--count"], ["backend", "tpu"]),
     "partitions": (["setjoin", "{w}/docs.zarr", "--partitions", "0", "--threshold", "0.5", "--count"],
                    ["partitions", "0"]),
@@ -270,3 +270,24 @@ def test_help_has_examples(work):
     for c, proc in runs.items():
         assert proc.returncode == 0, _explain(proc)
         assert "Example" in proc.stdout and f"daskjoin {c} " in proc.stdout.split("Example")[-1]
+
+
+def test_setplan_prints_the_plan_and_old_option_name_still_works(work, tmp_path, cluster, client):
+    import daskjoin as dj
+
+    addr = ["--scheduler", cluster.scheduler_address]
+    store = work["dir"] / "docs.zarr"
+    proc = run_cli(["setplan", store, "--threshold", "0.6", "--method", "allpairs", "--partitions", "3", *addr],
+                   tmp_path)
+    assert proc.returncode == 0, _explain(proc)
+    plan = dj.plan_set_join(str(store), threshold=0.6, method="allpairs", partitions=3, client=client)
+    assert proc.stdout.strip() == plan.explain()
+    old = run_cli(["setjoin", store, "--threshold", "0.6", "--algorithm", "allpairs", "--count", "--quiet", *addr],
+                  tmp_path)
+    new = run_cli(["setjoin", store, "--threshold", "0.6", "--method", "allpairs", "--count", "--quiet", *addr],
+                  tmp_path)
+    assert old.returncode == new.returncode == 0 and old.stdout == new.stdout
+    jobs = run_cli(["setjoin", store, "--threshold", "0.6", "--count", "--jobs", "2"], tmp_path)
+    assert jobs.returncode == 2 and "--jobs 2 needs --cluster slurm or --cluster pbs" in jobs.stderr
+    both = run_cli(["setjoin", store, "--threshold", "0.6", "--count", "--cluster", "slurm", *addr], tmp_path)
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr

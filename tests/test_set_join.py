@@ -102,7 +102,7 @@ def expected_pairs(case, measure, mode) -> dict:
 @pytest.mark.parametrize("case, measure, mode, algorithm, output, partitions", _matrix())
 def test_matches_oracle(client, case, measure, mode, algorithm, output, partitions):
     expected = expected_pairs(case, measure, mode)
-    kw = dict(threshold=case.thresholds[measure], measure=measure, algorithm=algorithm, partitions=partitions)
+    kw = dict(threshold=case.thresholds[measure], measure=measure, method=algorithm, partitions=partitions)
     context = f"{case.name} {measure} t={case.thresholds[measure]!r} {mode} {algorithm} K={partitions}"
     if output == "count":
         n = sjoin(client, case.a, _b(case, mode), output="count", **kw)
@@ -131,7 +131,7 @@ def test_matches_oracle_hypothesis(client, a, b, data):
     algorithm = data.draw(st.sampled_from(ALGORITHMS), label="algorithm")
     partitions = data.draw(st.sampled_from([None, 1, 2, 5, 20]), label="partitions")
     expected = oracle_join(a, b, threshold=t, measure=measure)
-    kw = dict(threshold=t, measure=measure, algorithm=algorithm, partitions=partitions)
+    kw = dict(threshold=t, measure=measure, method=algorithm, partitions=partitions)
     if data.draw(st.booleans(), label="count"):
         assert sjoin(client, a, b, output="count", **kw) == len(expected)
     else:
@@ -349,7 +349,7 @@ def test_bad_threshold_refused(client, measure, threshold):
 
 @pytest.mark.parametrize("kw, words", [
     (dict(measure="tanimoto"), ["measure", "tanimoto", "jaccard"]),
-    (dict(algorithm="mpjoin"), ["algorithm", "mpjoin", "ppjoin"]),
+    (dict(method="mpjoin"), ["method", "mpjoin", "ppjoin"]),
     (dict(backend="tpu"), ["backend", "tpu"]),
     (dict(output="list"), ["output", "list"]),
 ])
@@ -445,7 +445,7 @@ def test_gpu_identical_to_cpu_on_larger_data(client, verify, algorithm):
     b = zipf_sets(1500, seed=72, vocab=3000, max_size=60, exponent=1.2)
     for measure, t in (("jaccard", 0.4), ("cosine", 0.55), ("dice", 0.5), ("overlap", 6)):
         for other in (None, b):
-            kw = dict(threshold=t, measure=measure, algorithm=algorithm, partitions=5)
+            kw = dict(threshold=t, measure=measure, method=algorithm, partitions=5)
             cpu = computed(sjoin(client, a, other, **kw))
             gkw = dict(kw, backend="gpu")
             if verify is not None:
@@ -538,3 +538,25 @@ def test_gpu_verifier_with_many_chunks_in_flight(monkeypatch, verify, copies):
         assert block_count(f, None, th, backend="gpu", options=options, group_copies=False) == len(want[0])
         assert peak[0] == verify_gpu.MAX_IN_FLIGHT
     assert pool.handed_out > 100  # the chunks' buffers really came from the reusing pool
+
+
+def test_algorithm_is_a_deprecated_alias_of_method():
+    docs = [["a", "b", "c"], ["a", "b", "c", "d"], ["x", "y"]]
+    want = dj.set_similarity_join(docs, threshold=0.75, method="allpairs", backend="cpu").compute()
+    with pytest.warns(DeprecationWarning, match="use method="):
+        got = dj.set_similarity_join(docs, threshold=0.75, algorithm="allpairs", backend="cpu").compute()
+    assert got.values.tolist() == want.values.tolist() == [[0.0, 1.0, 0.75]]
+    with pytest.raises(dj.InputError, match="disagree"), pytest.warns(DeprecationWarning):
+        dj.set_similarity_join(docs, threshold=0.75, method="allpairs", algorithm="ppjoin")
+
+
+def test_plan_set_join_explains_without_running(tmp_path):
+    from daskjoin.io.sets_in import import_sets
+
+    docs = [["a", "b", "c"], ["a", "b", "c", "d"], ["x", "y"], ["x", "y", "z"]]
+    store = import_sets(docs, tmp_path / "d.zarr")
+    plan = dj.plan_set_join(store, threshold=0.5, method="allpairs", backend="cpu", partitions=2)
+    assert plan.algorithm == "allpairs" and plan.ntasks >= 1
+    assert plan.explain().startswith("set-similarity self-join: jaccard >= 1/2")
+    assert dj.set_similarity_join(store, threshold=0.5, method="allpairs", backend="cpu", partitions=2,
+                                  output="count") == 2

@@ -116,7 +116,7 @@ def test_text_stores_cross_join_and_count(client, stores, tmp_path):
             assert (7 * k, 800 + k) in expected
     out = tmp_path / "cross.parquet"
     res = dj.set_similarity_join(stores["docs"], stores["queries"], threshold=0.5, client=client, out=str(out),
-                                 progress=False, algorithm="allpairs")
+                                 progress=False, method="allpairs")
     got, names = _read_parts(out)
     _check_manifest(out, names, len(expected))
     assert_same_set_pairs(got, expected, context="cross parts")

@@ -3,7 +3,7 @@
 A pair is in the result iff ``s <= eps * eps``, where ``s`` is the float64 sum,
 accumulated over dimensions 0..d-1 in that order, of ``(p_k - q_k) ** 2`` (with
 ``p``, ``q`` the stored values converted to float64) and ``eps * eps`` is
-rounded to float64.  This is cKDTree's convention of comparing squared
+rounded to float64.  This is the `<=` rule of cKDTree.query_pairs, summed in dimension order (docs/exactness.md) of comparing squared
 distances; fixing the summation order makes every kernel, backend and
 partitioning agree bit for bit on pairs at exactly ``eps``.
 """

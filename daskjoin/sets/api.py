@@ -94,9 +94,9 @@ def _aligned(a: _Input, b: _Input) -> tuple[_Input, _Input]:
     return side(a, rank_a), side(b, rank_b)
 
 
-def _check_options(algorithm, output, partitions, gpu_options) -> dict:
-    if algorithm not in ALGORITHMS:
-        raise InputError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+def _check_options(method, output, partitions, gpu_options) -> dict:
+    if method not in ALGORITHMS:
+        raise InputError(f"method must be one of {ALGORITHMS}, got {method!r}")
     if output not in OUTPUTS:
         raise InputError(f"output must be one of {OUTPUTS}, got {output!r}")
     if partitions is not None and (isinstance(partitions, bool) or not isinstance(partitions, (int, np.integer))
@@ -146,10 +146,78 @@ def _plan(a: _Input, b: _Input | None, threshold: Threshold, *, algorithm, backe
                    gpu_options=tuple(sorted(gpu_options.items())))
 
 
-def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", algorithm: str = "ppjoin",
+def _method(method: str, algorithm: str | None) -> str:
+    """``algorithm=`` is the old name of ``method=`` (kept as a deprecated alias)."""
+    if algorithm is None:
+        return method
+    import warnings
+
+    warnings.warn("set_similarity_join(algorithm=...) is deprecated; use method=... (the same values)",
+                  DeprecationWarning, stacklevel=3)
+    if method != "ppjoin" and method != algorithm:
+        raise InputError(f"method={method!r} and algorithm={algorithm!r} disagree; pass method only")
+    return algorithm
+
+
+def _checked(a, b, *, threshold, measure, method, backend, output, memory_budget, partitions, gpu_options):
+    """Every check that needs no cluster; returns (threshold, options, budget, input A, input B)."""
+    from ..api import _budget
+
+    thr = parse_threshold(measure, threshold)
+    options = _check_options(method, output, partitions, gpu_options)
+    if backend not in ("auto", "cpu", "gpu"):
+        raise InputError(f"backend must be one of ('auto', 'cpu', 'gpu'), got {backend!r}")
+    budget = _budget(memory_budget)
+    in_a = _open_input(a, "A")
+    in_b = None if b is None else _open_input(b, "B")
+    return thr, options, budget, in_a, in_b
+
+
+def _planned(checked, *, method, backend, client, partitions):
+    """The plan and the inputs as its tasks read them (R x S: put in one token order)."""
+    thr, options, budget, in_a, in_b = checked
+    if in_b is not None:
+        in_a, in_b = _aligned(in_a, in_b)
+    plan = _plan(in_a, in_b, thr, algorithm=method, backend=backend, client=client, budget=budget,
+                 partitions=partitions, gpu_options=options)
+    return plan, in_a, in_b
+
+
+def plan_set_join(a, b=None, *, threshold, measure: str = "jaccard", method: str = "ppjoin", backend: str = "auto",
+                  memory_budget=None, partitions: int | None = None, gpu_options: dict | None = None,
+                  client=None) -> SetPlan:
+    """Plan a set-similarity join without running it.
+
+    Reads only the sets' sizes (a store's ``offsets``) and, for R x S, the two vocabularies.
+
+    Parameters
+    ----------
+    a, b, threshold, measure, method, backend, memory_budget, partitions, gpu_options, client
+        As in :func:`set_similarity_join`.
+
+    Returns
+    -------
+    SetPlan
+        Frozen; ``print(plan.explain())`` tells what will run and why.
+
+    Examples
+    --------
+    >>> import daskjoin as dj
+    >>> plan = dj.plan_set_join([["a", "b"], ["a", "b", "c"], ["x"]], threshold=0.5, backend="cpu")
+    >>> plan.ntasks >= 1, plan.explain().splitlines()[0]
+    (True, 'set-similarity self-join: jaccard >= 1/2 (= 0.5), decided exactly on integers')
+    """
+    checked = _checked(a, b, threshold=threshold, measure=measure, method=method, backend=backend, output="pairs",
+                       memory_budget=memory_budget, partitions=partitions, gpu_options=gpu_options)
+    plan, _, _ = _planned(checked, method=method, backend=backend, client=resolve_client(client),
+                          partitions=partitions)
+    return plan
+
+
+def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", method: str = "ppjoin",
                         backend: str = "auto", output: str = "pairs", client=None, out=None, overwrite: bool = False,
                         progress: bool = False, memory_budget=None, partitions: int | None = None,
-                        gpu_options: dict | None = None):
+                        gpu_options: dict | None = None, algorithm: str | None = None):
     """Exact set-similarity join: every pair of token sets whose similarity reaches ``threshold``.
 
     Filtering (AllPairs / PPJoin prefix, length and positional filters) runs on
@@ -166,7 +234,7 @@ def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", algor
         ``jaccard``/``cosine``/``dice``: in (0, 1], read as the decimal it prints as (0.8 means 4/5,
         so a pair exactly at 4/5 is included); ``overlap``: a positive number of shared tokens.
     measure : {"jaccard", "cosine", "dice", "overlap"}
-    algorithm : {"ppjoin", "allpairs"}
+    method : {"ppjoin", "allpairs"}
         Both give the same pairs; ``ppjoin`` adds the positional filter (fewer candidates).
     backend : {"auto", "cpu", "gpu"}
         Where candidates are verified.
@@ -178,6 +246,8 @@ def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", algor
     gpu_options : dict, optional
         ``verify``: "block" (default), "thread" or "intersect_path" (the paper's alternatives B, A, C);
         ``block``: threads per block (32); ``chunk_candidates``: candidates per verified chunk.
+    algorithm : {"ppjoin", "allpairs"}, optional
+        Deprecated name of ``method``.
 
     Returns
     -------
@@ -192,29 +262,21 @@ def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", algor
     >>> dj.set_similarity_join(docs, threshold=0.75).compute().values.tolist()
     [[0.0, 1.0, 0.75]]
     """
-    from ..api import _budget
-
-    thr = parse_threshold(measure, threshold)
-    options = _check_options(algorithm, output, partitions, gpu_options)
-    if backend not in ("auto", "cpu", "gpu"):
-        raise InputError(f"backend must be one of ('auto', 'cpu', 'gpu'), got {backend!r}")
-    budget = _budget(memory_budget)
+    method = _method(method, algorithm)
     if out is not None and output == "count":
         raise InputError("output='count' returns a number; it cannot be combined with out=PATH")
-    in_a = _open_input(a, "A")
-    in_b = None if b is None else _open_input(b, "B")
+    checked = _checked(a, b, threshold=threshold, measure=measure, method=method, backend=backend, output=output,
+                       memory_budget=memory_budget, partitions=partitions, gpu_options=gpu_options)
     if out is not None:
         from ..api import check_output
 
-        protected = {f"input {name}": x.source.path for name, x in (("A", in_a), ("B", in_b)) if x is not None}
+        protected = {f"input {name}": x.source.path for name, x in (("A", checked[3]), ("B", checked[4]))
+                     if x is not None}
         out = check_output(out, overwrite, protected)
     client = resolve_client(client)
     with OutputRun(out, overwrite) if out is not None else contextlib.nullcontext() as run:
         start = time.perf_counter()
-        if in_b is not None:
-            in_a, in_b = _aligned(in_a, in_b)
-        plan = _plan(in_a, in_b, thr, algorithm=algorithm, backend=backend, client=client, budget=budget,
-                     partitions=partitions, gpu_options=options)
+        plan, in_a, in_b = _planned(checked, method=method, backend=backend, client=client, partitions=partitions)
         job = SetJob(plan, in_a.source, None if in_b is None else in_b.source)
         planned = time.perf_counter()
         if output == "count":
@@ -222,7 +284,7 @@ def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", algor
         if out is None:
             return graph.to_dataframe(job, plan.blocks)
         t = plan.threshold
-        extra = {"measure": t.measure, "threshold": str(t.exact), "algorithm": plan.algorithm,
+        extra = {"measure": t.measure, "threshold": str(t.exact), "method": plan.algorithm,
                  "selfjoin": plan.selfjoin}
         manifest = graph.write_parquet(job, plan.blocks, client, run, progress=progress, extra=extra)
     return SetJoinResult(path=out, pairs=manifest["rows"], files=len(manifest["files"]),
