@@ -9,8 +9,9 @@ A pair ``(p, q)`` is in the result iff ``s <= eps * eps`` where
   ``t_k = (float64(p_k) - float64(q_k)) ** 2``, every operation rounded to float64;
 * ``eps * eps`` is computed in float64 (``float64(eps) * float64(eps)``).
 
-This is ``scipy.spatial.cKDTree.query_pairs``' convention of comparing squared
-distances; fixing the summation order makes every backend, method and
+The ``<=`` comparison of squared distances is ``scipy.spatial.cKDTree.query_pairs``';
+the dimension-order sum is daskjoin's own (cKDTree sums in four lanes from d = 8 on,
+docs/exactness.md); fixing the summation order makes every backend, method and
 partitioning bit-identical on boundary cases (pairs whose distance is exactly,
 or within rounding of, eps).
 

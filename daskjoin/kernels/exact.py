@@ -3,9 +3,10 @@
 A pair is in the result iff ``s <= eps * eps``, where ``s`` is the float64 sum,
 accumulated over dimensions 0..d-1 in that order, of ``(p_k - q_k) ** 2`` (with
 ``p``, ``q`` the stored values converted to float64) and ``eps * eps`` is
-rounded to float64.  This is the `<=` rule of cKDTree.query_pairs, summed in dimension order (docs/exactness.md) of comparing squared
-distances; fixing the summation order makes every kernel, backend and
-partitioning agree bit for bit on pairs at exactly ``eps``.
+rounded to float64.  The ``<=`` comparison of squared distances is
+``cKDTree.query_pairs``'; the fixed dimension-order sum is daskjoin's own (cKDTree sums
+in four lanes from d = 8 on: docs/exactness.md).  Fixing the summation order makes every
+kernel, backend and partitioning agree bit for bit on pairs at exactly ``eps``.
 """
 from __future__ import annotations
 
