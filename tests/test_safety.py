@@ -170,8 +170,7 @@ def test_overwrite_keeps_the_old_output_readable_until_the_new_one_commits(clien
                 with os.fdopen(os.open("_SUCCESS", os.O_RDONLY, dir_fd=folder)) as f:
                     manifest = json.loads(f.read())
                 parts = sorted(n for n in os.listdir(folder) if n.startswith("part-"))
-            except FileNotFoundError:
-                seen.append("missing")
+            except FileNotFoundError:  # the old output, replaced after we opened it, is being removed
                 continue
             finally:
                 os.close(folder)
@@ -465,3 +464,33 @@ def test_file_lock_without_flock_falls_back_to_exclusive_creation(tmp_path, monk
         json.dump({"pid": os.getpid(), "host": "another-host"}, f)  # cannot tell: busy
     with pytest.raises(commit.LockBusy):
         commit.FileLock(path, blocking=False).acquire()
+
+
+def test_import_never_deletes_its_source(tmp_path):
+    """``daskjoin import SRC OUT --overwrite`` with SRC inside OUT (or OUT being SRC) is refused, SRC kept."""
+    from daskjoin.io.importers import import_points
+    from daskjoin.io.sets_in import import_sets_text
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    np.save(folder / "x.npy", np.ones((4, 2)))
+    (folder / "s.txt").write_text("a b\nb c\n")
+    for src, run in ((folder / "x.npy", import_points), (folder / "s.txt", import_sets_text)):
+        for out in (folder, src):
+            with pytest.raises(dj.InputError, match="the input file"):
+                run(src, out, overwrite=True)
+            assert src.exists()
+
+
+def test_local_workers_ignore_ctrl_c_even_after_a_restart():
+    import signal
+
+    from distributed import Client, LocalCluster
+
+    from daskjoin.execution.cluster import local_cluster_options
+
+    with LocalCluster(**local_cluster_options()) as cluster, Client(cluster) as c:
+        ignored = lambda: signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # noqa: E731
+        assert all(c.run(ignored).values())
+        c.restart()
+        assert all(c.run(ignored).values())

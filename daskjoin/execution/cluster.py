@@ -26,6 +26,7 @@ def local_cluster_options() -> dict:
         "processes": True,
         "dashboard_address": ":0",
         "memory_limit": 0,
+        "preload": ["daskjoin.execution.worker_setup"],  # workers ignore a terminal's Ctrl-C, restarted ones too
     }
 
 

@@ -16,7 +16,8 @@ from numbers import Integral
 
 import numpy as np
 
-from ..validation import InputError, check_dtype, check_exact_integers, check_output_path, check_shape
+from ..validation import (InputError, check_dtype, check_exact_integers, check_output_apart, check_output_path,
+                          check_shape)
 from .zarr_in import as_float
 from .zarr_out import ZarrPointsWriter, default_chunk_rows
 
@@ -82,6 +83,7 @@ def import_points(src, out, *, chunk_rows: int | None = None, overwrite: bool = 
     [[0.5, 1.0], [2.0, 3.25]]
     """
     path = os.fspath(src)
+    check_output_apart(out, {"the input file": path})  # --overwrite must never delete the source
     out = check_output_path(out, overwrite)
     if not os.path.isfile(path):
         what = "is a directory, not a file" if os.path.isdir(path) else "does not exist"

@@ -186,27 +186,41 @@ class OutputRun:
         return manifest
 
     def _verify(self, entries: list[dict]) -> None:
-        """Exactly the reported parts, each the size its task reported; leftovers of killed tasks removed."""
+        """Exactly the reported parts, each the size its task reported; leftovers of killed tasks removed.
+
+        Each reported part is looked up by name (with a few retries: on a network file system a
+        file another host wrote may show up late), the listing serves only to find extra files.
+        """
         expected = {e["file"]: e.get("bytes") for e in entries}
         if len(expected) != len(entries):
             raise RuntimeError(f"two tasks reported the same part file for {self.path!r}; nothing was committed")
-        found = set()
+        missing = []
+        for name, wanted in expected.items():
+            size = _size_when_there(os.path.join(self.staging, name))
+            if size is None:
+                missing.append(name)
+            elif wanted is not None and size != wanted:
+                raise RuntimeError(f"part file {name} of {self.path!r} has {size} bytes, its task wrote "
+                                   f"{wanted}; nothing was committed")
+        if missing:
+            raise RuntimeError(f"part files {sorted(missing)[:5]} of {self.path!r} are missing; nothing was committed")
         for name in os.listdir(self.staging):
-            full = os.path.join(self.staging, name)
             if commit.TEMP_MARK in name:
-                commit.remove_path(full)  # a task killed mid-write (its retry wrote the part)
-            elif name in expected:
-                found.add(name)
-                size = os.path.getsize(full)
-                if expected[name] is not None and size != expected[name]:
-                    raise RuntimeError(f"part file {name} of {self.path!r} has {size} bytes, its task wrote "
-                                       f"{expected[name]}; nothing was committed")
-            else:
+                commit.remove_path(os.path.join(self.staging, name))  # a task killed mid-write (its retry wrote the part)
+            elif name not in expected:
                 raise RuntimeError(f"unexpected file {name} in the output of this run ({self.path!r}); "
                                    "nothing was committed")
-        missing = sorted(set(expected) - found)
-        if missing:
-            raise RuntimeError(f"part files {missing[:5]} of {self.path!r} are missing; nothing was committed")
+
+
+def _size_when_there(path: str, tries: int = 6) -> int | None:
+    """The file's size, or None if it is still missing after ``tries`` looks (0.05 s, 0.1 s, ... apart)."""
+    for attempt in range(tries):
+        try:
+            return os.stat(path).st_size
+        except FileNotFoundError:
+            if attempt + 1 < tries:
+                time.sleep(0.05 * 2 ** attempt)
+    return None
 
 
 def _holder(exc: commit.LockBusy) -> str:

@@ -12,7 +12,7 @@ from array import array
 
 import numpy as np
 
-from ..validation import InputError, check_output_path
+from ..validation import InputError, check_output_apart, check_output_path
 from .sets_prepare import _prepare_codes, prepare_flat, prepare_sets
 from .sets_store import write_sets
 
@@ -80,6 +80,7 @@ def import_sets_text(path, out, *, sep: str | None = None, overwrite: bool = Fal
     ([1, 2, 0], [[], ['blue', 'green'], ['green', 'red']])
     """
     src = _check_input_file(path, "a text file with one set per line")
+    check_output_apart(out, {"the input file": src})  # --overwrite must never delete the source
     out = check_output_path(out, overwrite)
     if sep is not None and (not isinstance(sep, str) or not sep):
         raise InputError(f"sep must be a non-empty string such as ',' or None for whitespace, got {sep!r}")
@@ -162,6 +163,7 @@ def import_sets_parquet(path, out, *, column: str, id_column: str | None = None,
     import pyarrow.parquet as pq
 
     src = _check_input_file(path, "a Parquet file")
+    check_output_apart(out, {"the input file": src})  # --overwrite must never delete the source
     out = check_output_path(out, overwrite)
     try:
         pf = pq.ParquetFile(src)
