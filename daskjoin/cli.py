@@ -229,6 +229,21 @@ def _on_sigterm(signum, frame):
     raise Terminated()
 
 
+def _quiet_unraisable(unraisable) -> None:
+    """An interrupt raised inside a callback (gc, ctypes) cannot propagate and would be printed with a
+    traceback; it is remembered instead (see :func:`_on_sigint`) and acted on where work checks."""
+    if isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def _on_sigint(signum, frame):
+    from .execution.progress import note_interrupt
+
+    note_interrupt()  # remembered where the KeyboardInterrupt below is swallowed (a C callback)
+    raise KeyboardInterrupt
+
+
 def _one_line(exc: BaseException) -> str:
     """``Type: first line of the message`` plus the notes tasks add (which partition failed)."""
     text = str(exc).strip().splitlines()
@@ -268,6 +283,8 @@ def main(argv=None) -> int:
     quiet_local_workers()  # workers of a local cluster started here log errors only (their failures reach us)
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
+    previous_int = signal.signal(signal.SIGINT, _on_sigint) if in_main else None
+    sys.unraisablehook = _quiet_unraisable
     try:
         return args.handler(args)
     except InputError as exc:
@@ -295,6 +312,7 @@ def main(argv=None) -> int:
             pass
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
 
 
 if __name__ == "__main__":

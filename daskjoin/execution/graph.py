@@ -10,7 +10,7 @@ import time
 import dask.dataframe as dd
 
 from ..io import parquet_out
-from .progress import wait_all
+from .progress import raise_if_interrupted, wait_all
 from .task import meta_frame, partition_count, partition_frame, partition_to_parquet
 
 _FRAMES: dict = {}  # cache key -> (owner, frame)
@@ -43,6 +43,7 @@ def to_dataframe(job, parts, *, cache_key=None, owner=None):
 
 
 def _submit(client, func, job, parts, **kwargs):
+    raise_if_interrupted()  # one that landed where it could not raise (see .progress)
     if job.in_memory_bytes() > SCATTER_BYTES:
         [job] = client.scatter([job], hash=False)  # a round trip, worth it only for in-memory data
     return client.map(func, list(parts), job=job, pure=False, **kwargs)

@@ -1,22 +1,48 @@
-"""Waiting for futures, with an optional progress bar (tqdm: terminal and notebooks)."""
+"""Waiting for futures, with an optional progress bar (tqdm: terminal and notebooks), and interrupts.
+
+An interrupt (Ctrl-C) raised while Numba compiles or loads a cached kernel lands in a
+callback that C code calls and is swallowed there; the CLI's handler therefore also
+records it (:func:`note_interrupt`), and work checks the record before it starts tasks
+and while it waits for them (:func:`raise_if_interrupted`).
+"""
 from __future__ import annotations
+
+import threading
+
+_INTERRUPTED = threading.Event()
+
+
+def note_interrupt() -> None:
+    _INTERRUPTED.set()
+
+
+def raise_if_interrupted() -> None:
+    if _INTERRUPTED.is_set():
+        raise KeyboardInterrupt
 
 
 def wait_all(client, futures, *, progress: bool = False, desc: str = "tasks") -> list:
     """Results of ``futures`` in submission order; a failed task raises its own error."""
     from distributed import as_completed
 
+    bar = None
     try:
+        raise_if_interrupted()
         if progress and futures:
             from tqdm.auto import tqdm
 
-            with tqdm(total=len(futures), desc=desc, unit="task") as bar:
-                for future in as_completed(futures, loop=client.loop):
-                    if future.status == "error":
-                        future.result()  # raises the task's exception here
-                    bar.update(1)
+            bar = tqdm(total=len(futures), desc=desc, unit="task")
+            for future in as_completed(futures, loop=client.loop):
+                if future.status == "error":
+                    future.result()  # raises the task's exception here
+                raise_if_interrupted()
+                bar.update(1)
+            bar.close()
         return client.gather(futures)
     except BaseException:
+        if bar is not None:  # an unfinished bar is cleared: the error line says what happened
+            bar.leave = False
+            bar.close()
         # a failure or an interrupt: the other tasks stop too, so none goes on writing or computing
         try:
             client.cancel(futures)
