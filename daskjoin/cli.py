@@ -267,12 +267,25 @@ def _log_traceback(exc: BaseException) -> str | None:
     return path
 
 
+_QUIETED: dict = {}  # logger name -> its level before _quiet_shutdown
+
+
 def _quiet_shutdown() -> None:
     """After an interrupt or failure nothing more is news: silence the cluster's shutdown chatter."""
     import logging
 
     for name in ("distributed", "asyncio", "tornado"):
-        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+        logger = logging.getLogger(name)
+        _QUIETED.setdefault(name, logger.level)
+        logger.setLevel(logging.CRITICAL + 1)
+
+
+def _restore_logging() -> None:
+    import logging
+
+    while _QUIETED:
+        name, level = _QUIETED.popitem()
+        logging.getLogger(name).setLevel(level)
 
 
 def main(argv=None) -> int:
@@ -283,8 +296,11 @@ def main(argv=None) -> int:
     quiet_local_workers()  # workers of a local cluster started here log errors only (their failures reach us)
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
+    from .execution.progress import clear_interrupt
+
+    clear_interrupt()
     previous_int = signal.signal(signal.SIGINT, _on_sigint) if in_main else None
-    sys.unraisablehook = _quiet_unraisable
+    previous_hook, sys.unraisablehook = sys.unraisablehook, _quiet_unraisable
     try:
         return args.handler(args)
     except InputError as exc:
@@ -313,6 +329,9 @@ def main(argv=None) -> int:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
             signal.signal(signal.SIGINT, previous_int)
+        sys.unraisablehook = previous_hook
+        clear_interrupt()
+        _restore_logging()  # main() may run again in this process (tests, notebooks)
 
 
 if __name__ == "__main__":

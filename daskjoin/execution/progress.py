@@ -16,6 +16,11 @@ def note_interrupt() -> None:
     _INTERRUPTED.set()
 
 
+def clear_interrupt() -> None:
+    """Forget a recorded interrupt (a new command starts clean in a long-lived process)."""
+    _INTERRUPTED.clear()
+
+
 def raise_if_interrupted() -> None:
     if _INTERRUPTED.is_set():
         raise KeyboardInterrupt
