@@ -18,6 +18,8 @@ import sys
 import threading
 import time
 
+from .execution.progress import Terminated
+
 EXAMPLES = {
     "join": "daskjoin join points.zarr --eps 0.01 --out pairs.parquet\n"
             "  daskjoin join a.zarr b.zarr --eps 0.5 --count --scheduler tcp://10.0.0.5:8786\n"
@@ -221,11 +223,10 @@ def _info(args) -> int:
     return 0
 
 
-class Terminated(BaseException):
-    """SIGTERM arrived: unwind like Ctrl-C, so the run's staging files and cluster are cleaned up."""
-
-
 def _on_sigterm(signum, frame):
+    from .execution.progress import note_interrupt
+
+    note_interrupt(Terminated)  # remembered where the exception below is swallowed (a C callback)
     raise Terminated()
 
 
@@ -326,9 +327,9 @@ def main(argv=None) -> int:
             close_default()
         except (KeyboardInterrupt, Terminated):  # a second Ctrl-C while closing: leave at once
             pass
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-            signal.signal(signal.SIGINT, previous_int)
+        for signum, handler in ((signal.SIGTERM, previous), (signal.SIGINT, previous_int)):
+            if handler is not None:
+                signal.signal(signum, handler)
         sys.unraisablehook = previous_hook
         clear_interrupt()
         _restore_logging()  # main() may run again in this process (tests, notebooks)

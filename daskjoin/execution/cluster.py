@@ -20,13 +20,16 @@ def local_cluster_options() -> dict:
     The dashboard (or, without bokeh, the scheduler's HTTP endpoints) takes a free port: a
     fixed 8787 that another cluster holds would only print a warning and move anyway.
     """
+    import dask.config
+
     return {
         "n_workers": 1,
         "threads_per_worker": 1,
         "processes": True,
         "dashboard_address": ":0",
         "memory_limit": 0,
-        "preload": ["daskjoin.execution.worker_setup"],  # workers ignore a terminal's Ctrl-C, restarted ones too
+        # workers ignore a terminal's Ctrl-C, restarted ones too; the user's own preloads kept
+        "preload": [*dask.config.get("distributed.worker.preload", []), "daskjoin.execution.worker_setup"],
     }
 
 

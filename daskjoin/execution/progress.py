@@ -7,13 +7,15 @@ and while it waits for them (:func:`raise_if_interrupted`).
 """
 from __future__ import annotations
 
-import threading
+class Terminated(BaseException):
+    """SIGTERM arrived: unwinds like Ctrl-C, so a run's staging files and cluster are cleaned up."""
 
-_INTERRUPTED = threading.Event()
+
+_INTERRUPTED: dict = {}  # "kind" -> KeyboardInterrupt or Terminated, once one was recorded
 
 
-def note_interrupt() -> None:
-    _INTERRUPTED.set()
+def note_interrupt(kind: type = KeyboardInterrupt) -> None:
+    _INTERRUPTED.setdefault("kind", kind)
 
 
 def clear_interrupt() -> None:
@@ -22,8 +24,9 @@ def clear_interrupt() -> None:
 
 
 def raise_if_interrupted() -> None:
-    if _INTERRUPTED.is_set():
-        raise KeyboardInterrupt
+    kind = _INTERRUPTED.get("kind")
+    if kind is not None:
+        raise kind()
 
 
 def wait_all(client, futures, *, progress: bool = False, desc: str = "tasks") -> list:

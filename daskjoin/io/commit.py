@@ -233,8 +233,18 @@ class FileLock:
             except FileExistsError:
                 holder = _read_file(self.path)
                 if _stale(holder):
+                    # take the stale file away under a name of our own, then look again at what we
+                    # took: a waiter that got there first may have put its own lock there meanwhile
+                    aside = temp_path(self.path, f"stale-{uuid.uuid4().hex[:8]}")
+                    try:
+                        os.rename(self.path, aside)
+                    except FileNotFoundError:
+                        continue
+                    if not _stale(_read_file(aside)):
+                        with contextlib.suppress(FileExistsError):
+                            os.link(aside, self.path)  # a live holder's lock: put it back
                     with contextlib.suppress(FileNotFoundError):
-                        os.remove(self.path)
+                        os.remove(aside)
                     continue
                 if not self.blocking:
                     raise LockBusy(self.path, holder) from None

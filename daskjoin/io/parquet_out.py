@@ -194,14 +194,12 @@ class OutputRun:
         expected = {e["file"]: e.get("bytes") for e in entries}
         if len(expected) != len(entries):
             raise RuntimeError(f"two tasks reported the same part file for {self.path!r}; nothing was committed")
-        missing = []
-        for name, wanted in expected.items():
-            size = _size_when_there(os.path.join(self.staging, name))
-            if size is None:
-                missing.append(name)
-            elif wanted is not None and size != wanted:
+        sizes = _sizes_when_there(self.staging, list(expected))
+        missing = [name for name in expected if name not in sizes]
+        for name, size in sizes.items():
+            if expected[name] is not None and size != expected[name]:
                 raise RuntimeError(f"part file {name} of {self.path!r} has {size} bytes, its task wrote "
-                                   f"{wanted}; nothing was committed")
+                                   f"{expected[name]}; nothing was committed")
         if missing:
             raise RuntimeError(f"part files {sorted(missing)[:5]} of {self.path!r} are missing; nothing was committed")
         for name in os.listdir(self.staging):
@@ -212,15 +210,22 @@ class OutputRun:
                                    "nothing was committed")
 
 
-def _size_when_there(path: str, tries: int = 6) -> int | None:
-    """The file's size, or None if it is still missing after ``tries`` looks (0.05 s, 0.1 s, ... apart)."""
+def _sizes_when_there(folder: str, names: list[str], tries: int = 6) -> dict:
+    """name -> size of the files present; the missing ones looked for again together (0.05 s, 0.1 s, ...
+    apart), since on a network file system a file another host wrote can show up late."""
+    sizes, wanted = {}, list(names)
     for attempt in range(tries):
-        try:
-            return os.stat(path).st_size
-        except FileNotFoundError:
-            if attempt + 1 < tries:
-                time.sleep(0.05 * 2 ** attempt)
-    return None
+        left = []
+        for name in wanted:
+            try:
+                sizes[name] = os.stat(os.path.join(folder, name)).st_size
+            except FileNotFoundError:
+                left.append(name)
+        wanted = left
+        if not wanted or attempt + 1 == tries:
+            break
+        time.sleep(0.05 * 2 ** attempt)
+    return sizes
 
 
 def _holder(exc: commit.LockBusy) -> str:

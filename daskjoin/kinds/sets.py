@@ -44,13 +44,31 @@ class SetSource:
         return Flat.of(tokens, part.offsets), part.ids
 
 
+@dataclass(frozen=True)
+class SetTaskPlan:
+    """What every block task needs of a :class:`SetPlan` (its blocks travel as the tasks themselves)."""
+
+    threshold: object
+    algorithm: str
+    backend: str
+    selfjoin: bool
+    gpu_options: tuple = ()
+    group_copies: bool = True
+
+
 @dataclass(frozen=True, eq=False)
 class SetJob:
     """What every block task of one join shares (shipped once)."""
 
-    plan: SetPlan
+    plan: "SetTaskPlan"
     source_a: SetSource
     source_b: SetSource | None
+
+    @classmethod
+    def from_plan(cls, plan: SetPlan, source_a: SetSource, source_b: SetSource | None) -> "SetJob":
+        """The job of ``plan``: it carries what tasks need of the plan, not its (many) blocks."""
+        return cls(SetTaskPlan(plan.threshold, plan.algorithm, plan.backend, plan.selfjoin, plan.gpu_options,
+                               plan.group_copies), source_a, source_b)
 
     value = ("sim", "float64")
     label = "daskjoin-setpairs"

@@ -29,7 +29,7 @@ class SetJoinResult(JoinResult):
     def read(self):
         """The pairs (i, j, sim) as a Dask DataFrame read back from the Parquet files."""
         if not self.files:
-            return graph.to_dataframe(SetJob(self.plan, None, None), ())
+            return graph.to_dataframe(SetJob.from_plan(self.plan, None, None), ())
         return super().read()
 
 
@@ -146,15 +146,14 @@ def _plan(a: _Input, b: _Input | None, threshold: Threshold, *, algorithm, backe
                    gpu_options=tuple(sorted(gpu_options.items())))
 
 
-def _method(method: str, algorithm: str | None) -> str:
-    """``algorithm=`` is the old name of ``method=`` (kept as a deprecated alias)."""
+def _method(method: str | None, algorithm: str | None) -> str:
+    """``algorithm=`` is the old name of ``method=`` (kept as a deprecated alias); default "ppjoin"."""
     if algorithm is None:
-        return method
+        return "ppjoin" if method is None else method
     import warnings
 
-    warnings.warn("set_similarity_join(algorithm=...) is deprecated; use method=... (the same values)",
-                  DeprecationWarning, stacklevel=3)
-    if method != "ppjoin" and method != algorithm:
+    warnings.warn("algorithm=... is deprecated; use method=... (the same values)", DeprecationWarning, stacklevel=3)
+    if method is not None and method != algorithm:
         raise InputError(f"method={method!r} and algorithm={algorithm!r} disagree; pass method only")
     return algorithm
 
@@ -183,9 +182,9 @@ def _planned(checked, *, method, backend, client, partitions):
     return plan, in_a, in_b
 
 
-def plan_set_join(a, b=None, *, threshold, measure: str = "jaccard", method: str = "ppjoin", backend: str = "auto",
+def plan_set_join(a, b=None, *, threshold, measure: str = "jaccard", method: str | None = None, backend: str = "auto",
                   memory_budget=None, partitions: int | None = None, gpu_options: dict | None = None,
-                  client=None) -> SetPlan:
+                  client=None, algorithm: str | None = None) -> SetPlan:
     """Plan a set-similarity join without running it.
 
     Reads only the sets' sizes (a store's ``offsets``) and, for R x S, the two vocabularies.
@@ -207,6 +206,7 @@ def plan_set_join(a, b=None, *, threshold, measure: str = "jaccard", method: str
     >>> plan.ntasks >= 1, plan.explain().splitlines()[0]
     (True, 'set-similarity self-join: jaccard >= 1/2 (= 0.5), decided exactly on integers')
     """
+    method = _method(method, algorithm)
     checked = _checked(a, b, threshold=threshold, measure=measure, method=method, backend=backend, output="pairs",
                        memory_budget=memory_budget, partitions=partitions, gpu_options=gpu_options)
     plan, _, _ = _planned(checked, method=method, backend=backend, client=resolve_client(client),
@@ -214,7 +214,7 @@ def plan_set_join(a, b=None, *, threshold, measure: str = "jaccard", method: str
     return plan
 
 
-def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", method: str = "ppjoin",
+def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", method: str | None = None,
                         backend: str = "auto", output: str = "pairs", client=None, out=None, overwrite: bool = False,
                         progress: bool = False, memory_budget=None, partitions: int | None = None,
                         gpu_options: dict | None = None, algorithm: str | None = None):
@@ -234,7 +234,7 @@ def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", metho
         ``jaccard``/``cosine``/``dice``: in (0, 1], read as the decimal it prints as (0.8 means 4/5,
         so a pair exactly at 4/5 is included); ``overlap``: a positive number of shared tokens.
     measure : {"jaccard", "cosine", "dice", "overlap"}
-    method : {"ppjoin", "allpairs"}
+    method : {"ppjoin", "allpairs"}, default "ppjoin"
         Both give the same pairs; ``ppjoin`` adds the positional filter (fewer candidates).
     backend : {"auto", "cpu", "gpu"}
         Where candidates are verified.
@@ -277,7 +277,7 @@ def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", metho
     with OutputRun(out, overwrite) if out is not None else contextlib.nullcontext() as run:
         start = time.perf_counter()
         plan, in_a, in_b = _planned(checked, method=method, backend=backend, client=client, partitions=partitions)
-        job = SetJob(plan, in_a.source, None if in_b is None else in_b.source)
+        job = SetJob.from_plan(plan, in_a.source, None if in_b is None else in_b.source)
         planned = time.perf_counter()
         if output == "count":
             return graph.count(job, plan.blocks, client, progress=progress)
@@ -285,7 +285,7 @@ def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", metho
             return graph.to_dataframe(job, plan.blocks)
         t = plan.threshold
         extra = {"measure": t.measure, "threshold": str(t.exact), "method": plan.algorithm,
-                 "selfjoin": plan.selfjoin}
+                 "algorithm": plan.algorithm, "selfjoin": plan.selfjoin}  # "algorithm": the old key, kept
         manifest = graph.write_parquet(job, plan.blocks, client, run, progress=progress, extra=extra)
     return SetJoinResult(path=out, pairs=manifest["rows"], files=len(manifest["files"]),
                          plan_seconds=planned - start, run_seconds=time.perf_counter() - planned, plan=plan)
