@@ -34,7 +34,7 @@ from bench_cpu import _cores, _load  # noqa: E402  (this folder is on sys.path w
 def workload(name: str, n: int, seed: int):
     from daskjoin.io.sets_in import prepare_flat
     from daskjoin.io.synth_sets import GENERATORS
-    from daskjoin.sets import local
+    from daskjoin.kernels.sets import local
 
     tokens, offsets = GENERATORS[name](n, seed=seed)
     coll = prepare_flat(tokens, offsets)
@@ -43,7 +43,7 @@ def workload(name: str, n: int, seed: int):
 
 def one_pass(reps, threshold, algorithm):
     """(seconds, candidates, chunks) of one full candidates pass, nothing else timed."""
-    from daskjoin.sets import local
+    from daskjoin.kernels.sets import local
 
     start = time.perf_counter()
     cands = chunks = 0
@@ -55,7 +55,7 @@ def one_pass(reps, threshold, algorithm):
 
 def checksum_pass(reps, threshold, algorithm) -> int:
     """Checksum of the (probe, candidate) pairs, independent of their order (an untimed pass)."""
-    from daskjoin.sets import local
+    from daskjoin.kernels.sets import local
 
     checksum = 0
     for probes, offsets, cand in local.candidate_chunks(reps, None, threshold, algorithm):
@@ -66,7 +66,7 @@ def checksum_pass(reps, threshold, algorithm) -> int:
 
 
 def main(argv=None) -> int:
-    from daskjoin.sets.measures import parse_threshold
+    from daskjoin.planning.set_threshold import parse_threshold
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["dblp", "kosarak"], choices=["dblp", "kosarak"])

@@ -210,7 +210,7 @@ class Dataset:
     def __init__(self, name: str, n: int, seed: int, data_dir: str, write_store: bool = True):
         from daskjoin.io.sets_in import prepare_flat, write_sets
         from daskjoin.io.synth_sets import GENERATORS
-        from daskjoin.sets import local
+        from daskjoin.kernels.sets import local
 
         self.name, self.n = name, n
         _log(f"dataset {name}: generating {n:,} sets ({name}_like, seed {seed})")
@@ -277,20 +277,20 @@ def _with_chunk(options: dict, chunk: int | None) -> dict:
 
 
 def kernel_count(flat, th, algorithm, backend, options):
-    from daskjoin.sets import local
+    from daskjoin.kernels.sets import local
 
     return int(local.block_count(flat, None, th, algorithm=algorithm, backend=backend, options=options))
 
 
 def kernel_pairs(flat, th, algorithm, backend, options):
-    from daskjoin.sets import local
+    from daskjoin.kernels.sets import local
 
     return int(sum(len(b[0]) for b in local.block_batches(flat, None, th, algorithm=algorithm, backend=backend,
                                                           options=options)))
 
 
 def candidates_pass(flat, th, algorithm, chunk):
-    from daskjoin.sets import local
+    from daskjoin.kernels.sets import local
 
     total = chunks = 0
     for _probes, _offsets, cands in local.candidate_chunks(flat, None, th, algorithm, chunk=chunk):
@@ -302,8 +302,8 @@ def candidates_pass(flat, th, algorithm, chunk):
 def warm_up(data: Dataset, configs, algorithm: str, chunk) -> None:
     """JIT / module loading and the CUDA kernels' compilation on a small prefix (not timed)."""
     from daskjoin.io.sets_in import prepare_flat
-    from daskjoin.sets import local
-    from daskjoin.sets.measures import parse_threshold
+    from daskjoin.kernels.sets import local
+    from daskjoin.planning.set_threshold import parse_threshold
 
     m = min(data.n, WARMUP_SETS)
     coll = prepare_flat(*data.prefix(m))
@@ -329,8 +329,8 @@ def heavy_plan(configs, backends: list[str], args):
 
 
 def kernel_rows(data: Dataset, t: float, configs, args, backends) -> dict:
-    from daskjoin.sets import local
-    from daskjoin.sets.measures import parse_threshold
+    from daskjoin.kernels.sets import local
+    from daskjoin.planning.set_threshold import parse_threshold
 
     th = parse_threshold("jaccard", t)
     chunk = args.chunk_candidates or local.DEFAULT_CHUNK
@@ -568,8 +568,8 @@ def _explain_difference(data: Dataset, m: int, t: float, only_peer: np.ndarray, 
 
 def peer_compare(data: Dataset, t: float, args, kernel_backends: list[str]) -> dict:
     from daskjoin.io.sets_in import prepare_flat
-    from daskjoin.sets import local
-    from daskjoin.sets.measures import parse_threshold
+    from daskjoin.kernels.sets import local
+    from daskjoin.planning.set_threshold import parse_threshold
 
     th = parse_threshold("jaccard", t)
     _log(f"  SetSimilaritySearch all_pairs: piloting on prefixes (limit {args.peer_timeout:g} s per run)")
@@ -657,7 +657,7 @@ def _chunk_prefix(chunks, limit: int):
 
 def _verify(kind: str, flat, th, chunks, count_only: bool, options: dict):
     """Verify ``chunks`` with a fresh verifier; count mode: the total, pairs mode: the number of pairs collected."""
-    from daskjoin.sets.local import make_verifier
+    from daskjoin.kernels.sets.local import make_verifier
 
     verifier = make_verifier(kind, flat, flat, th, count_only, options)
     try:
@@ -681,8 +681,8 @@ def _verify(kind: str, flat, th, chunks, count_only: bool, options: dict):
 def verify_benchmark(args, backends: list[str], variants: list[str]) -> dict:
     from daskjoin.io.sets_in import prepare_flat
     from daskjoin.io.synth_sets import GENERATORS
-    from daskjoin.sets import local
-    from daskjoin.sets.measures import parse_threshold
+    from daskjoin.kernels.sets import local
+    from daskjoin.planning.set_threshold import parse_threshold
 
     name, n, t = args.verify_dataset, args.verify_n, args.verify_threshold
     th = parse_threshold("jaccard", t)

@@ -5,25 +5,21 @@ import os
 import time
 from dataclasses import dataclass
 
-from . import config
+from .caches import CACHE
 from .execution import graph
-from .execution.cluster import ClusterRunner, resolve_client
+from .execution.cluster import ClusterRunner
+from .execution.resources import auto_budget, choose_backend, cluster_id, worker_info
 from .io.parquet_out import OutputRun, check_replaceable
 from .io.zarr_in import ZarrSource, open_points
 from .kinds.epsilon import JoinJob
-from .kernels import METHODS
+from .options import BACKENDS, GPU_OPTIONS as _GPU_OPTIONS, OUTPUTS, check_gpu_options, check_options, resolve
 from .planning.plan import Plan
-from .planning.planner import PARTITIONINGS, make_plan
+from .planning.planner import make_plan
 from .planning.cache import cache_locations
-from .validation import InputError, check_eps, check_output_apart, check_output_path, check_same_dims
+from .validation import check_output_apart, check_output_path, check_same_dims
 
-OUTPUTS = ("pairs", "count")
-#: GPU tuning options each method's driver accepts (defaults come from benchmarks/bench_gpu.py)
-GPU_OPTIONS = {
-    "grid": ("threads_per_point", "sort_by_workload", "work_queue", "max_dims"),
-    "brute": ("tile", "batch_bytes"),
-}
-BACKENDS = ("auto", "cpu", "gpu")
+#: GPU tuning options each method's driver accepts (the table: :data:`daskjoin.options.GPU_OPTIONS`)
+GPU_OPTIONS = {method: tuple(keys) for method, keys in _GPU_OPTIONS["epsilon"].items()}
 
 
 @dataclass(frozen=True)
@@ -55,93 +51,25 @@ class JoinResult:
         )
 
 
-def _choice(value, allowed, name):
-    if value not in allowed:
-        raise InputError(f"{name} must be one of {allowed}, got {value!r}")
-    return value
-
-
-def _budget(memory_budget):
-    """Bytes, or "auto" (resolved against the cluster's workers once a client is known)."""
-    raw = config.get("memory-budget") if memory_budget is None else memory_budget
-    if raw == "auto":
-        return raw
-    try:
-        value = config.parse_bytes(raw)
-    except (ValueError, TypeError) as exc:
-        raise InputError(f"memory_budget must be a size such as '2GB' or a number of bytes, got {raw!r}") from exc
-    if value <= 0:
-        raise InputError(f"memory_budget must be positive, got {raw!r}")
-    return value
-
-
-#: Whether each worker sees a GPU, per (client id, worker addresses): workers do not gain or lose GPUs while alive.
-_GPU_SEEN: dict = {}
-
-
-def _workers(client) -> dict:
-    """Address -> scheduler info of each worker.
-
-    A client of a cluster object (LocalCluster, LocalCUDACluster, jobqueue) reads the worker
-    list that the cluster keeps current; others ask the scheduler (one round trip).
-    """
-    if client is None:
-        return {}
-    known = getattr(getattr(client, "cluster", None), "scheduler_info", None)
-    if isinstance(known, dict) and known.get("workers"):
-        return dict(known["workers"])
-    return client.scheduler_info().get("workers", {})
-
-
-def _gpu_seen(client, workers: dict | None = None) -> dict:
-    """Worker address -> whether CuPy sees a CUDA device there; asked once per set of live workers."""
-    from .kernels.gpu_common import gpu_available
-
-    if client is None:
-        return {"local": gpu_available()}
-    workers = _workers(client) if workers is None else workers
-    seen = _GPU_SEEN.get((client.id, frozenset(workers)))
-    if seen is None:
-        seen = client.run(gpu_available)
-        if len(_GPU_SEEN) >= 64:
-            _GPU_SEEN.clear()
-        # keyed by the workers that answered: a worker that came or went meanwhile means asking again next time
-        _GPU_SEEN[(client.id, frozenset(seen))] = seen
-    return seen
-
-
-def _backend(backend: str, client, workers: dict | None = None) -> tuple[str, bool]:
-    """The backend and whether tasks will run on GPUs ('auto' picks per task; 'gpu' needs a GPU worker)."""
-    _choice(backend, BACKENDS, "backend")
-    if backend == "cpu":
-        return backend, False
-    seen = _gpu_seen(client, workers)
-    if backend == "gpu":
-        if not any(seen.values()):
-            raise InputError(
-                "backend='gpu' is not available: no Dask worker sees a CUDA device through CuPy "
-                "(install the 'gpu' extra and start GPU workers, e.g. `dask cuda worker`); "
-                "use backend='cpu' or 'auto'"
-            )
-    return backend, bool(seen) and all(seen.values())
-
-
 def check_join_inputs(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto", backend: str = "auto",
                       memory_budget=None):
     """Every check that needs no cluster (raises :class:`InputError`); returns (eps, A, B, budget).
 
-    Runs before any client is resolved or started, so bad input costs nothing.
+    Runs before any client is resolved or started, so bad input costs nothing.  The options
+    are checked by :func:`daskjoin.options.check_options`.
     """
-    eps = check_eps(eps)
-    _choice(method, ("auto",) + METHODS, "method")
-    _choice(partitioning, PARTITIONINGS, "partitioning")
-    _choice(backend, BACKENDS, "backend")
-    budget = _budget(memory_budget)
+    opts = check_options("epsilon", eps=eps, method=method, partitioning=partitioning, backend=backend,
+                         memory_budget=memory_budget)
+    return _open_inputs(a, b, opts)
+
+
+def _open_inputs(a, b, opts):
+    """(eps, A, B, budget) of options already checked: the inputs opened and checked."""
     src_a = open_points(a, "A")
     src_b = None if b is None else open_points(b, "B")
     if src_b is not None:
         check_same_dims(src_a.d, src_b.d)
-    return eps, src_a, src_b, budget
+    return opts["eps"], src_a, src_b, opts["memory_budget"]
 
 
 def protected_paths(*sources) -> dict:
@@ -164,56 +92,22 @@ def check_output(out, overwrite: bool, protected: dict) -> str:
     return out
 
 
-def _auto_budget(client, workers: dict | None = None) -> int:
-    """A quarter of the smallest worker memory per task thread, within [256 MiB, 16 GiB].
-
-    Workers without a memory limit count the client host's memory (a local cluster).
-    """
-    import psutil
-
-    per_thread = []
-    for info in (_workers(client) if workers is None else workers).values():
-        limit = info.get("memory_limit") or psutil.virtual_memory().total
-        per_thread.append(limit / max(1, info.get("nthreads", 1)))
-    share = min(per_thread) if per_thread else psutil.virtual_memory().total
-    return int(min(16 << 30, max(256 << 20, share / 4)))
-
-
-_WITH_OPTIONS: dict = {}  # (id(plan), gpu options) -> (plan, plan with those options)
-
-
-def _cluster_id(client) -> str | None:
-    """The scheduler a plan is made for (part of the in-process plan cache key)."""
-    scheduler = getattr(client, "scheduler", None)
-    return getattr(scheduler, "address", None)
-
-
-def _gpu_options(options, method: str) -> tuple:
-    if not options:
-        return ()
-    allowed = set(GPU_OPTIONS["grid"] + GPU_OPTIONS["brute"]) if method == "auto" else set(GPU_OPTIONS[method])
-    unknown = sorted(set(options) - allowed)
-    if unknown:
-        raise InputError(f"gpu_options {unknown} are not options of method {method!r}; allowed: {sorted(allowed)}")
-    return tuple(sorted(options.items()))
 
 
 def _plan(checked, *, method, partitioning, backend, client, gpu_options=None) -> Plan:
     eps, src_a, src_b, budget = checked
-    workers = _workers(client) if budget == "auto" or backend != "cpu" else None
+    workers = worker_info(client) if budget == "auto" or backend != "cpu" else None
     if budget == "auto":
-        budget = _auto_budget(client, workers)
-    resolved_backend, on_gpu = _backend(backend, client, workers)
+        budget = auto_budget(client, workers)
+    resolved_backend, on_gpu = choose_backend(backend, client, workers)
     plan = make_plan(src_a, src_b, eps, method=method, partitioning=partitioning, backend=resolved_backend,
-                     memory_budget=budget, runner=ClusterRunner(client), gpu=on_gpu, cluster=_cluster_id(client))
+                     memory_budget=budget, runner=ClusterRunner(client), gpu=on_gpu, cluster=cluster_id(client))
     if gpu_options:
-        options = _gpu_options(gpu_options, plan.method)
+        options = tuple(sorted(check_gpu_options("epsilon", plan.method, gpu_options).items()))
         key = (id(plan), options)
-        hit = _WITH_OPTIONS.get(key)
+        hit = CACHE.get("plan-options", key)
         if hit is None or hit[0] is not plan:  # the same cached plan gets the same derived plan (and graph)
-            if len(_WITH_OPTIONS) >= 16:
-                _WITH_OPTIONS.clear()
-            hit = _WITH_OPTIONS[key] = (plan, Plan(**{**plan.__dict__, "gpu_options": options}))
+            hit = CACHE.put("plan-options", key, (plan, Plan(**{**plan.__dict__, "gpu_options": options})))
         plan = hit[1]
     return plan
 
@@ -253,9 +147,11 @@ def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto
     >>> plan.ntasks
     1
     """
-    checked = check_join_inputs(a, b, eps=eps, method=method, partitioning=partitioning, backend=backend,
-                                memory_budget=memory_budget)
-    return _plan(checked, method=method, partitioning=partitioning, backend=backend, client=resolve_client(client))
+    opts = check_options("epsilon", eps=eps, method=method, partitioning=partitioning, backend=backend,
+                         memory_budget=memory_budget, client=client, stacklevel=2)
+    checked = _open_inputs(a, b, opts)
+    return _plan(checked, method=opts["method"], partitioning=opts["partitioning"], backend=opts["backend"],
+                 client=resolve(client))
 
 
 def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto", backend: str = "auto",
@@ -316,19 +212,16 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
     >>> dj.similarity_join(x, eps=3.0, output="count")
     3
     """
-    _choice(output, OUTPUTS, "output")
-    if gpu_options is not None and not isinstance(gpu_options, dict):
-        raise InputError(f"gpu_options must be a dict such as {{'threads_per_point': 4}}, got {gpu_options!r}")
-    _gpu_options(gpu_options, method if method in GPU_OPTIONS else "auto")
-    if out is not None and output == "count":
-        raise InputError("output='count' returns a number; it cannot be combined with out=PATH")
-    checked = check_join_inputs(a, b, eps=eps, method=method, partitioning=partitioning, backend=backend,
-                                memory_budget=memory_budget)
+    opts = check_options("epsilon", eps=eps, method=method, partitioning=partitioning, backend=backend,
+                         output=output, with_distance=with_distance, out=out, overwrite=overwrite, progress=progress,
+                         memory_budget=memory_budget, gpu_options=gpu_options, client=client, stacklevel=2)
+    output, with_distance, overwrite, progress = opts["output"], opts["with_distance"], opts["overwrite"], opts["progress"]
+    checked = _open_inputs(a, b, opts)
     if out is not None:
         out = check_output(out, overwrite, protected_paths(checked[1], checked[2]))
-    client = resolve_client(client)
-    plan_options = dict(method=method, partitioning=partitioning, backend=backend, client=client,
-                        gpu_options=gpu_options)
+    client = resolve(client)
+    plan_options = dict(method=opts["method"], partitioning=opts["partitioning"], backend=opts["backend"],
+                        client=client, gpu_options=opts["gpu_options"])
     if out is None:
         plan = _plan(checked, **plan_options)
         if output == "count":

@@ -151,14 +151,12 @@ def _missing_chunks(args) -> None:
 
 def _join(args) -> int:
     import daskjoin as dj
-    from .validation import InputError
+    from .options import check_options
 
-    if not args.count and not args.out:
-        raise InputError("join needs --out PATH for the Parquet output, or --count to print the number of pairs")
-    if args.count and args.out:
-        raise InputError("--count prints a number and writes nothing: drop --out, or drop --count")
     common = dict(eps=args.eps, method=args.method, partitioning=args.partitioning, backend=args.backend,
                   memory_budget=args.memory_budget)
+    check_options("epsilon", spelled="cli", output="count" if args.count else "pairs", out=args.out,
+                  overwrite=args.overwrite, **common)  # the API's checks, spelled as flags
     _missing_chunks(args)
     _, src_a, src_b, _ = dj.api.check_join_inputs(args.a, args.b, **common)  # before any cluster is reached
     if args.out:
@@ -181,9 +179,11 @@ def _join(args) -> int:
 
 def _plan(args) -> int:
     import daskjoin as dj
+    from .options import check_options
 
     common = dict(eps=args.eps, method=args.method, partitioning=args.partitioning, backend=args.backend,
                   memory_budget=args.memory_budget)
+    check_options("epsilon", spelled="cli", **common)
     _missing_chunks(args)
     dj.api.check_join_inputs(args.a, args.b, **common)
     plan = dj.plan_join(args.a, args.b, client=_client(args), **common)

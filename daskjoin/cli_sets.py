@@ -76,20 +76,15 @@ def add_commands(sub, command) -> None:
 def _setjoin(args) -> int:
     import daskjoin as dj
     from .cli import _missing_chunks
-    from .validation import InputError
 
     _missing_chunks(args)
-    if not args.count and not args.out:
-        raise InputError("setjoin needs --out PATH for the Parquet output, or --count to print the number of pairs")
-    if args.count and args.out:
-        raise InputError("--count prints a number and writes nothing: drop --out, or drop --count")
+    common = dict(threshold=_threshold(args), measure=args.measure, method=args.method, backend=args.backend,
+                  partitions=args.partitions, memory_budget=args.memory_budget, progress=not args.quiet)
+    _check_before_cluster(args, dict(common, output="count" if args.count else "pairs", out=args.out,
+                                     overwrite=args.overwrite))
     if args.out:
         inputs = {f"input {name}": path for name, path in (("A", args.a), ("B", args.b)) if path is not None}
         dj.api.check_output(args.out, args.overwrite, inputs)
-    threshold = _threshold(args)
-    common = dict(threshold=threshold, measure=args.measure, method=args.method, backend=args.backend,
-                  partitions=args.partitions, memory_budget=args.memory_budget, progress=not args.quiet)
-    _check_before_cluster(args, common)
     from .cli import _client
 
     client = _client(args)
@@ -105,16 +100,12 @@ def _setjoin(args) -> int:
 
 
 def _check_before_cluster(args, common) -> None:
-    """Refuse bad thresholds, names and paths before any cluster is started or contacted."""
+    """Refuse bad options (the API's checks, spelled as flags) and paths before any cluster is started or contacted."""
     from .io.sets_in import is_set_store
-    from .sets.api import _check_options
-    from .sets.measures import parse_threshold
+    from .options import check_options
     from .validation import InputError
 
-    parse_threshold(common["measure"], common["threshold"])
-    _check_options(common["method"], "pairs", common["partitions"], None)
-    if common["backend"] not in ("auto", "cpu", "gpu"):
-        raise InputError(f"--backend must be auto, cpu or gpu, got {common['backend']!r}")
+    check_options("sets", spelled="cli", **common)
     for path in (args.a, args.b):
         if path is not None and not is_set_store(path):
             raise InputError(f"{path!r} is not a daskjoin set store (create one with `daskjoin import-sets`)")

@@ -16,6 +16,9 @@ DEFAULTS = {
         "numba-threads": None,
         # bytes of pairs one Parquet row group holds before a task writes it out
         "row-group-bytes": "128MiB",
+        # bytes of pairs a task sorts by (i, j) in memory; a larger partition is sorted in runs
+        # spilled to the temporary directory and merged (output identical, memory bounded)
+        "sort-bytes": "1GiB",
         # what a missing chunk file of a Zarr input (points or set store) means: "error" (a damaged
         # store: DamagedStoreError naming the chunk) or "fill" (zarr's rule: the array's fill value,
         # e.g. for stores written with write_empty_chunks=False); read when an input is opened

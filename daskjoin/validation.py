@@ -30,6 +30,34 @@ def check_eps(eps) -> float:
     return value
 
 
+def check_choice(value, allowed, name: str, fix: str = ""):
+    """``value`` if it is one of ``allowed`` (strings); ``fix`` ends the message (e.g. "; omit it for ...")."""
+    if not isinstance(value, str) or value not in allowed:
+        raise InputError(f"{name} must be one of {tuple(allowed)}, got {value!r}{fix}")
+    return value
+
+
+def check_budget(memory_budget, name: str = "memory_budget"):
+    """A task's memory budget in bytes, or "auto" (resolved against the cluster's workers once a client is known).
+
+    None means the configured ``daskjoin.memory-budget``; ``name`` is how the message spells the option.
+    """
+    from . import config
+
+    raw = config.get("memory-budget") if memory_budget is None else memory_budget
+    if isinstance(raw, str) and raw == "auto":
+        return raw
+    try:
+        if isinstance(raw, bool):
+            raise TypeError("a bool is not a size")
+        value = config.parse_bytes(raw)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"{name} must be a size such as '2GB' or a number of bytes, or 'auto', got {raw!r}") from exc
+    if value <= 0:
+        raise InputError(f"{name} must be positive, got {raw!r}; pass a size such as '2GB', or 'auto'")
+    return value
+
+
 def check_dtype(dtype, name: str) -> np.dtype:
     """Accept real numeric dtypes (bool, complex and objects are refused)."""
     dtype = np.dtype(dtype)

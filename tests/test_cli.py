@@ -217,7 +217,7 @@ BAD = {
     "partitioning": (["join", "{w}/x.zarr", "--eps", "0.1", "--count", "--partitioning", "rows"],
                      ["partitioning must be one of", "rows"]),
     "budget": (["join", "{w}/x.zarr", "--eps", "0.1", "--out", "{w}/OUT", "--memory-budget", "lots"],
-               ["memory_budget", "lots"]),
+               ["--memory-budget", "lots"]),
     "count-and-out": (["join", "{w}/x.zarr", "--eps", "0.1", "--count", "--out", "{w}/OUT"], ["--count", "--out"]),
     "neither-count-nor-out": (["join", "{w}/x.zarr", "--eps", "0.1"], ["--out", "--count"]),
     "plan-eps": (["plan", "{w}/x.zarr", "--eps", "-0.5"], ["eps must be a positive finite number"]),

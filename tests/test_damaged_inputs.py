@@ -313,7 +313,7 @@ def test_set_store_chunks_zarr_never_wrote_are_not_damage(tmp_path):
 
 
 def test_set_join_on_a_store_with_a_missing_tokens_chunk(client, tmp_path):
-    from daskjoin.sets import set_similarity_join
+    from daskjoin import set_similarity_join
 
     rng = np.random.default_rng(6)
     sets = [list(rng.choice(40, rng.integers(2, 7), replace=False)) for _ in range(300)]

@@ -184,3 +184,36 @@ def test_gpu_backend_through_the_api_matches_oracle(partitioning, method, tmp_pa
         back = pd.read_parquet(str(tmp_path / "out.parquet"))
         assert res.pairs == len(back) == len(expected[0])
         assert_same_pairs((back.i.to_numpy(), back.j.to_numpy(), back.dist.to_numpy()), expected)
+
+
+@pytest.mark.parametrize("method", ["grid", "brute"])
+def test_cpu_and_gpu_tasks_of_one_plan_write_identical_bytes(tmp_path, method):
+    """A part file's bytes depend on its pair set only: a task retried on the other kind of worker writes the same file."""
+    import dask
+    import zarr
+    from distributed import Client
+
+    import daskjoin as dj
+
+    rng = np.random.default_rng(11)
+    x = rng.random((8000, 3))
+    x[100:140] = x[100]  # duplicates: ties in distance, one pair order
+    path = str(tmp_path / "x.zarr")
+    z = zarr.create_array(path, shape=x.shape, chunks=(1000, 3), dtype=x.dtype)
+    z[:] = x
+    outs = {}
+    # small row groups and in-memory sorts: many batches and spilled runs on both sides
+    with dask.config.set({"daskjoin.row-group-bytes": 20 * 5000, "daskjoin.sort-bytes": 20 * 20000}), \
+            Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:
+        for backend in ("cpu", "gpu"):
+            out = tmp_path / f"{backend}.parquet"
+            dj.similarity_join(path, eps=0.04, method=method, partitioning="chunk_pairs", backend=backend,
+                               memory_budget="2MB", client=client, out=str(out))
+            outs[backend] = {p.name: p.read_bytes() for p in sorted(out.glob("part-*.parquet"))}
+        sets = [list(rng.choice(60, size=int(rng.integers(1, 12)), replace=False)) for _ in range(3000)]
+        for backend in ("cpu", "gpu"):
+            out = tmp_path / f"sets-{backend}.parquet"
+            dj.set_similarity_join(sets, threshold=0.4, backend=backend, partitions=3, client=client, out=str(out))
+            outs[f"sets-{backend}"] = {p.name: p.read_bytes() for p in sorted(out.glob("part-*.parquet"))}
+    assert len(outs["cpu"]) > 1 and outs["cpu"] == outs["gpu"]
+    assert len(outs["sets-cpu"]) > 1 and outs["sets-cpu"] == outs["sets-gpu"]

@@ -16,8 +16,9 @@ import pytest
 import zarr
 
 import daskjoin as dj
+from daskjoin.caches import CACHE
 from daskjoin import api
-from daskjoin.execution import graph
+from daskjoin.execution import graph, resources
 from daskjoin.kinds.epsilon import JoinJob
 from daskjoin.io.zarr_in import chunk_files, open_points, raw_layout, read_raw
 from daskjoin.io.zarr_out import ZarrPointsWriter
@@ -227,28 +228,28 @@ class _FakeClient:
 
 def test_gpu_probe_cached_per_client_and_workers():
     one = _FakeClient("client-1", ["tcp://w:1"], True)
-    assert api._backend("auto", one) == ("auto", True)
-    assert api._backend("gpu", one) == ("gpu", True)
+    assert resources.choose_backend("auto", one) == ("auto", True)
+    assert resources.choose_backend("gpu", one) == ("gpu", True)
     assert one.runs == 1
     other = _FakeClient("client-2", ["tcp://w:1"], False)  # another client: asked again
-    assert api._backend("auto", other) == ("auto", False)
+    assert resources.choose_backend("auto", other) == ("auto", False)
     with pytest.raises(dj.InputError, match="backend='gpu' is not available"):
-        api._backend("gpu", other)
+        resources.choose_backend("gpu", other)
     assert other.runs == 1
     one.workers = ["tcp://w:1", "tcp://w:2"]  # a worker joined: asked again
-    api._backend("auto", one)
+    resources.choose_backend("auto", one)
     assert one.runs == 2
-    api._backend("auto", one)
+    resources.choose_backend("auto", one)
     assert one.runs == 2
-    assert api._backend("cpu", one) == ("cpu", False) and one.runs == 2
+    assert resources.choose_backend("cpu", one) == ("cpu", False) and one.runs == 2
 
 
 def test_gpu_probe_of_a_real_client(client):
     workers = client.scheduler_info()["workers"]
-    seen = api._gpu_seen(client)
+    seen = resources.gpu_seen(client)
     assert set(seen) == set(workers)
-    assert api._GPU_SEEN[(client.id, frozenset(workers))] is seen
-    assert api._gpu_seen(client) is seen
+    assert CACHE.get("gpu-seen", (client.id, frozenset(workers))) is seen
+    assert resources.gpu_seen(client) is seen
 
 
 # --------------------------------------------------------------------------- direct chunk reads

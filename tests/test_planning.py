@@ -545,3 +545,44 @@ def test_plans_are_deterministic(client, tmp_path, partitioning):
     assert plans[0].partitions == plans[1].partitions
     assert [p.index for p in plans[0].partitions] == list(range(plans[0].ntasks))
     assert all(p.rows > 0 for p in plans[0].partitions)
+
+
+# --------------------------------------------------------------------------- data passes as named plan steps
+
+
+def test_data_passes_are_named_steps_of_the_plan(tmp_path, client):
+    import daskjoin as dj
+    from joinhelpers import write_zarr
+
+    x = np.random.default_rng(7).random((5000, 3))
+    path = write_zarr(tmp_path / "x.zarr", x, chunk_rows=500)
+    first = dj.plan_join(path, eps=0.02, client=client)
+    (step,) = first.steps
+    assert step.name == "statistics of A" and not step.cached and step.reads == x.nbytes
+    assert "data pass:     statistics of A" in first.explain() and "read 117.2 KiB" in first.explain()
+    dj.clear_cache()
+    again = dj.plan_join(path, eps=0.02, client=client, partitioning="slabs", memory_budget="200KB")
+    names = [s.name for s in again.steps]
+    assert names == ["statistics of A", "sorted copy of A"]
+    assert again.steps[0].cached and "cached: read nothing" in again.explain()
+    assert not again.steps[1].cached
+    dj.clear_cache()
+    third = dj.plan_join(path, eps=0.02, client=client, partitioning="slabs", memory_budget="200KB")
+    assert all(s.cached for s in third.steps)
+
+
+def test_bad_rows_refused_by_the_statistics_step_naming_the_first(tmp_path, client):
+    import daskjoin as dj
+    from daskjoin.validation import InputError
+    from joinhelpers import write_zarr
+
+    x = np.random.default_rng(8).random((3000, 2))
+    x[2222, 1] = np.inf
+    x[2500, 0] = np.nan
+    path = write_zarr(tmp_path / "bad.zarr", x, chunk_rows=400)
+    with pytest.raises(InputError, match="first in row 2222"):
+        dj.plan_join(path, eps=0.02, client=client)
+    out = tmp_path / "out.parquet"
+    with pytest.raises(InputError, match="first in row 2222"):
+        dj.similarity_join(path, eps=0.02, client=client, out=out)
+    assert not out.exists()

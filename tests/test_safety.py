@@ -434,7 +434,7 @@ def test_damaged_or_legacy_sorted_copy(client, tmp_path):
         dj.similarity_join(path, **kw)
 
 
-def test_file_lock_without_flock_falls_back_to_exclusive_creation(tmp_path, monkeypatch):
+def test_file_lock_without_flock_falls_back_to_exclusive_creation(tmp_path, monkeypatch, request):
     """Where flock is not supported (Lustre without -o flock, some NFS): a lock by exclusive creation."""
     import errno
     import subprocess
@@ -448,7 +448,10 @@ def test_file_lock_without_flock_falls_back_to_exclusive_creation(tmp_path, monk
             raise OSError(errno.ENOLCK, "No locks available")
 
     monkeypatch.setattr(commit, "fcntl", NoFlock)
-    monkeypatch.setattr(commit, "_FLOCK_WORKS", {})
+    from daskjoin.caches import CACHE
+
+    CACHE.clear("flock")  # probe again, with NoFlock; and forget that answer afterwards
+    request.addfinalizer(lambda: CACHE.clear("flock"))
     path = str(tmp_path / "x.lock")
     with commit.FileLock(path, blocking=False):
         with pytest.raises(commit.LockBusy):

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 from daskjoin.io.sets_in import prepare_sets
-from daskjoin.sets.groups import duplicate_runs
-from daskjoin.sets.local import Flat, block_batches, block_count, join_block
-from daskjoin.sets.measures import parse_threshold
+from daskjoin.kernels.sets.groups import duplicate_runs
+from daskjoin.kernels.sets.local import Flat, block_batches, block_count, join_block
+from daskjoin.planning.set_threshold import parse_threshold
 
 
 def _flat(sets):

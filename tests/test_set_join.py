@@ -470,9 +470,9 @@ def test_gpu_verifier_with_many_chunks_in_flight(monkeypatch, verify, copies):
 
     from daskjoin.io.sets_in import prepare_sets
     from daskjoin.kernels import gpu_common
-    from daskjoin.sets import verify_gpu
-    from daskjoin.sets.local import Flat, block_count, join_block
-    from daskjoin.sets.measures import parse_threshold
+    from daskjoin.kernels.sets import verify_gpu
+    from daskjoin.kernels.sets.local import Flat, block_count, join_block
+    from daskjoin.planning.set_threshold import parse_threshold
     from reusing_pool import ReusingPool
 
     sets = zipf_sets(3000, seed=73, vocab=800, max_size=40, exponent=1.1)

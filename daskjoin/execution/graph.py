@@ -9,12 +9,10 @@ import time
 
 import dask.dataframe as dd
 
+from ..caches import CACHE
 from ..io import parquet_out
 from .progress import raise_if_interrupted, wait_all
 from .task import meta_frame, partition_count, partition_frame, partition_to_parquet
-
-_FRAMES: dict = {}  # cache key -> (owner, frame)
-FRAME_CACHE_SIZE = 16
 
 #: A job carrying more array data than this is scattered to the workers once instead of riding with each task.
 SCATTER_BYTES = 1 << 20
@@ -27,7 +25,7 @@ def to_dataframe(job, parts, *, cache_key=None, owner=None):
     the frame built the first time: same graph and keys, no new tokenizing.
     """
     if cache_key is not None:
-        hit = _FRAMES.get(cache_key)
+        hit = CACHE.get("frames", cache_key)  # cache key -> (owner, frame)
         if hit is not None and hit[0] is owner:
             return hit[1].copy()  # a new collection object: callers may rename its columns
     if not parts:
@@ -36,9 +34,7 @@ def to_dataframe(job, parts, *, cache_key=None, owner=None):
         frame = dd.from_map(partition_frame, list(parts), args=[job], meta=meta_frame(job.value), label=job.label,
                             enforce_metadata=False)
     if cache_key is not None:
-        if len(_FRAMES) >= FRAME_CACHE_SIZE:
-            _FRAMES.clear()
-        _FRAMES[cache_key] = (owner, frame)
+        CACHE.put("frames", cache_key, (owner, frame))
     return frame.copy()
 
 

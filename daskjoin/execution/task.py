@@ -6,11 +6,14 @@ It supplies
 
 - ``batches(part, max_pairs)``: the partition's ``(i, j, value)`` arrays in original ids,
 - ``count(part)``: the exact number of pairs, none materialised,
-- ``value``: the value column ``(name, numpy dtype)`` or None, ``label`` (Dask key prefix),
-  ``sorts_rows`` (whether each batch leaves sorted by ``(i, j)``) and ``in_memory_bytes()``.
+- ``value``: the value column ``(name, numpy dtype)`` or None, ``label`` (Dask key prefix)
+  and ``in_memory_bytes()``.
 
-The bodies here are the same for every kind: the frame, count and Parquet sinks, the Numba
-thread share, and the error path (GPU memory given back, the failed partition named).
+The bodies here are the same for every kind: batches pulled bounded (one row group each),
+the partition's rows sorted by ``(i, j)`` and cut into fixed row groups (:mod:`.pair_order`:
+a part file's bytes depend only on its pair set, not on the worker, backend or batching),
+the frame, count and Parquet sinks, the Numba thread share, and the error path (GPU
+memory given back, the failed partition named).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from .. import config
+from .pair_order import sorted_pieces
 
 PAIR_ROW_BYTES = 20
 
@@ -44,6 +48,16 @@ def to_frame(i, j, dist, name: str = "dist") -> pd.DataFrame:
 def max_batch_pairs() -> int:
     """Pairs in one bounded batch: one Parquet row group of ``daskjoin.row-group-bytes``."""
     return max(1, config.parse_bytes(config.get("row-group-bytes")) // PAIR_ROW_BYTES)
+
+
+def sort_rows() -> int:
+    """Pairs a task sorts in memory (``daskjoin.sort-bytes``); a larger partition is sorted in spilled runs."""
+    return max(1, config.parse_bytes(config.get("sort-bytes")) // PAIR_ROW_BYTES)
+
+
+def _sorted_pieces(job, part):
+    """The partition's pairs sorted by (i, j), in pieces of one row group: the same bytes wherever the task runs."""
+    return sorted_pieces(job.batches(part, max_batch_pairs()), max_batch_pairs(), sort_rows())
 
 
 def _set_threads() -> None:
@@ -93,24 +107,15 @@ def _task_body(func):
     return run
 
 
-def _sorted(i, j, value):
-    order = np.lexsort((j, i))
-    return i[order], j[order], (None if value is None else value[order])
-
-
 @_task_body
 def partition_frame(part, job) -> pd.DataFrame:
     """The pairs of one partition as a DataFrame (the body of each ``dd.from_map`` task)."""
     name = None if job.value is None else job.value[0]
-    batches = list(job.batches(part, None))
-    if not batches:
+    pieces = list(_sorted_pieces(job, part))
+    if not pieces:
         return meta_frame(job.value)
-    if len(batches) == 1:
-        return to_frame(*batches[0], name=name)
-    i, j = (np.concatenate([b[k] for b in batches]) for k in (0, 1))
-    value = None if batches[0][2] is None else np.concatenate([b[2] for b in batches])
-    if job.sorts_rows:  # sorted batches, sorted whole
-        i, j, value = _sorted(i, j, value)
+    i, j = (np.concatenate([p[k] for p in pieces]) for k in (0, 1))
+    value = None if pieces[0][2] is None else np.concatenate([p[2] for p in pieces])
     return to_frame(i, j, value, name=name)
 
 
@@ -125,4 +130,4 @@ def partition_to_parquet(part, job, out_dir: str) -> dict:
     """Write one partition's pairs to ``out_dir/part-NNNNN.parquet`` atomically; return its manifest entry."""
     from ..io.parquet_out import write_partition
 
-    return write_partition(out_dir, part.index, job.batches(part, max_batch_pairs()), value=job.value)
+    return write_partition(out_dir, part.index, _sorted_pieces(job, part), value=job.value)

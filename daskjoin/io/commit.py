@@ -27,6 +27,8 @@ import socket
 import time
 import uuid
 
+from ..caches import CACHE
+
 try:
     import fcntl
 except ImportError:  # Windows: locks by exclusive creation (FileLock)
@@ -270,7 +272,6 @@ class FileLock:
 
 
 _NO_FLOCK = {errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL}
-_FLOCK_WORKS: dict = {}  # device id -> whether flock works on that file system
 
 
 def _flock_works(folder: str) -> bool:
@@ -282,7 +283,7 @@ def _flock_works(folder: str) -> bool:
         device = os.stat(folder).st_dev
     except OSError:
         return True  # let the real attempt report the problem
-    known = _FLOCK_WORKS.get(device)
+    known = CACHE.get("flock", device)  # device id -> whether flock works on that file system
     if known is None:
         probe = temp_path(os.path.join(folder, "flock-probe"))
         try:
@@ -298,7 +299,7 @@ def _flock_works(folder: str) -> bool:
             os.close(fd)
             with contextlib.suppress(OSError):
                 os.remove(probe)
-        _FLOCK_WORKS[device] = known
+        CACHE.put("flock", device, known)
     return known
 
 

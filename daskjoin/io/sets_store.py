@@ -20,13 +20,13 @@ store at its final path is always complete.
 """
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 from numbers import Integral
 
 import numpy as np
 
+from ..caches import CACHE
 from ..validation import InputError, check_output_path
 from . import commit
 
@@ -368,9 +368,9 @@ def _open_store(path: str):
     return meta, arrays
 
 
-@functools.lru_cache(maxsize=32)
 def _open_store_cached(path: str, stamp: tuple):
-    return _open_store(path)
+    """The store's (meta, arrays), opened once per (path, ``stamp``) in this process."""
+    return CACHE.get_or_build("set-stores", (path, stamp), lambda: _open_store(path))
 
 
 def _unwritten_zero_chunk(path: str, meta: dict, arrays: dict, name: str):

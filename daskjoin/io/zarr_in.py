@@ -16,7 +16,6 @@ inputs are checked to be exact in float64 (magnitudes up to 2**53).
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import os
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import config
+from ..caches import CACHE
 from ..validation import DamagedStoreError, InputError, check_dtype, check_exact_integers, check_shape
 
 DEFAULT_MEMORY_CHUNK_ROWS = 1 << 16
@@ -57,11 +57,14 @@ def metadata_token(folder: str) -> tuple | None:
     return None
 
 
-@functools.lru_cache(maxsize=64)
 def _open_cached(store_path: str, array_path: str, token: tuple):
-    import zarr
+    """The zarr array, opened once per (store, array, ``token``) in this process (``token`` changes with the array)."""
+    def build():
+        import zarr
 
-    return zarr.open_array(store=store_path, path=array_path, mode="r")
+        return zarr.open_array(store=store_path, path=array_path, mode="r")
+
+    return CACHE.get_or_build("zarr-arrays", (store_path, array_path, token), build)
 
 
 @dataclass(frozen=True)
@@ -538,9 +541,6 @@ def _zarr_source(arr, label: str) -> Source:
     )
 
 
-_OPENED: dict = {}  # (absolute path, metadata token, missing-chunks mode) -> ZarrSource
-
-
 def open_zarr_path(path, name: str) -> Source:
     """Open a Zarr array at ``path`` (``store.zarr`` or ``store.zarr/inner/array``).
 
@@ -550,14 +550,12 @@ def open_zarr_path(path, name: str) -> Source:
     path = os.fspath(path)
     token = metadata_token(path)
     key = None if token is None else (os.path.abspath(path), token, missing_chunks_mode())
-    source = None if key is None else _OPENED.get(key)
+    source = None if key is None else CACHE.get("opened", key)  # (absolute path, metadata token, missing-chunks mode)
     if source is not None:
         return source
     source = _open_zarr_path(path, name)
     if key is not None and isinstance(source, ZarrSource):
-        if len(_OPENED) >= 256:
-            _OPENED.clear()
-        _OPENED[key] = source
+        CACHE.put("opened", key, source)
     return source
 
 

@@ -10,7 +10,8 @@ every method and backend::
     for i, j, dist in k.self_batches(x, eps, max_pairs=10**7): ...
 
 Every kernel makes the same exact decision (:mod:`.exact`), so every method and
-backend returns the same pair set.
+backend returns the same pair set.  The drivers behind a kernel come from the registry
+(:mod:`.registry`, key ``("epsilon", method, backend)``), imported on first use.
 """
 from __future__ import annotations
 
@@ -18,8 +19,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-METHODS = ("grid", "brute")
-BACKENDS = ("cpu", "gpu")
+from . import registry
+
+#: The ε-join's methods and backends: those of the registry (:mod:`.registry`).
+METHODS = registry.methods("epsilon")
+BACKENDS = registry.backends("epsilon")
 
 
 def _prepare(x) -> np.ndarray:
@@ -38,30 +42,16 @@ class Kernel:
     options: dict = field(default_factory=dict, hash=False, compare=False)
 
     def _join(self, a, b, eps):
+        """The prepared driver of the registry's ("epsilon", method, backend) entry."""
         if self.backend == "gpu":
-            return self._gpu_join(a, b, eps)
-        a = _prepare(a)
-        b = None if b is None else _prepare(b)
-        if self.method == "grid":
-            from .grid import GridJoin
+            from .gpu_common import gpu_available
 
-            return GridJoin(a, b, eps, **self.options)
-        from .brute import BruteJoin
-
-        return BruteJoin(a, b, eps)
-
-    def _gpu_join(self, a, b, eps):
-        from .gpu_common import gpu_available
-
-        if not gpu_available():
-            raise RuntimeError("backend='gpu' was requested but CuPy sees no CUDA device on this worker")
-        if self.method == "grid":
-            from .grid_gpu import GpuGridJoin
-
-            return GpuGridJoin(a, b, eps, **self.options)
-        from .brute_gpu import GpuBruteJoin
-
-        return GpuBruteJoin(a, b, eps, **self.options)
+            if not gpu_available():
+                raise RuntimeError("backend='gpu' was requested but CuPy sees no CUDA device on this worker")
+        else:
+            a = _prepare(a)
+            b = None if b is None else _prepare(b)
+        return registry.make("epsilon", self.method, self.backend, a, b, eps, **self.options)
 
     def self_join(self, x, eps, with_distance=True):
         return self._join(x, None, eps).pairs(with_distance)

@@ -12,6 +12,7 @@ import numpy as np
 
 from .exact import eps_squared, within
 from .parallel_guard import serialised
+from .registry import bounded_ranges, split_batch
 
 TILE = 256
 
@@ -96,11 +97,8 @@ class BruteJoin:
         return self._fill(0, self.a.shape[0], self._offsets(), with_distance)
 
     def batches(self, max_pairs: int, with_distance: bool = True):
+        """Yield (i, j, dist) batches of at most ``max_pairs`` pairs: runs of whole rows, and a row
+        with more pairs than that filled alone and sliced (its pairs are at most ``len(b)``)."""
         offsets = self._offsets()
-        n = self.a.shape[0]
-        r0 = 0
-        while r0 < n:
-            r1 = int(np.searchsorted(offsets, offsets[r0] + max(1, max_pairs), side="right")) - 1
-            r1 = min(max(r1, r0 + 1), n)
-            yield self._fill(r0, r1, offsets, with_distance)
-            r0 = r1
+        for r0, r1 in bounded_ranges(self.counts(), max_pairs):
+            yield from split_batch(self._fill(r0, r1, offsets, with_distance), max_pairs)

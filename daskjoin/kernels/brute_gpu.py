@@ -33,6 +33,7 @@ import numpy as np
 from .exact import eps_squared
 from .gpu_common import cupy, device_budget_bytes, kernel, to_host
 from .grid_gpu import device_bounds, to_device64
+from .registry import bounded_ranges, split_batch
 
 U32 = 2.0 ** -24
 BLOCK = 256
@@ -155,53 +156,116 @@ class GpuBruteJoin:
         total = self.A.ntiles * (self.A.ntiles + 1) / 2 if self.selfjoin else self.A.ntiles * self.B.ntiles
         return float(self.pairs_p.shape[0]) / total if total else 0.0
 
-    def _batch(self, lo: int, hi: int, count_only: bool):
+    def _products(self, lo: int, hi: int):
+        """Tile pairs [lo, hi) and their float32 products G[k] = X[P[k]] . Y[Q[k]]^T (one batched GEMM)."""
         cp = cupy()
         P, Q = self.pairs_p[lo:hi], self.pairs_q[lo:hi]
-        G = cp.matmul(self.A.x32[P], self.B.x32[Q].transpose(0, 2, 1))
+        return P, Q, cp.matmul(self.A.x32[P], self.B.x32[Q].transpose(0, 2, 1))
+
+    def _filter(self, G, P, Q, capacity: int, pair_counts=None):
+        """One launch of ``brute_filter`` over the tile pairs (P[k], Q[k]) whose products are G[k].
+
+        Writes at most ``capacity`` pairs, in no particular order, and returns
+        ``(found, oi, oj, od)``: ``found`` counts every accepted pair, written or not.
+        ``pair_counts`` (zeroed uint64, one per tile pair) also gets each tile pair's count.
+        """
+        cp = cupy()
         conv, gamma2 = error_constants(self.d)
-        grid = (max(1, -(-self.tile // BLOCK)), min(self.tile, 1024), hi - lo)
+        grid = (max(1, -(-self.tile // BLOCK)), min(self.tile, 1024), int(P.shape[0]))
         counter = cp.zeros(1, cp.uint64)
-        capacity = 0 if count_only else self._capacity
-        while True:
-            oi = cp.empty(max(capacity, 1), cp.int64)
-            oj = cp.empty(max(capacity, 1), cp.int64)
-            od = cp.empty(max(capacity, 1), cp.float32)
-            counter.fill(0)
-            kernel("brute.cu", "brute_filter")(grid, (BLOCK,), (
-                G, P, Q, np.int32(self.tile), np.int64(self.A.n), np.int64(self.B.n),
-                self.A.norm2, self.B.norm2, self.A.norm, self.B.norm, self.A.points, self.B.points,
-                self.A.perm, self.B.perm, np.int32(self.d),
-                np.float64(self.eps * (1.0 + 1e-9)), np.float64(self.eps2), np.float64(conv), np.float64(gamma2),
-                np.int32(self.selfjoin), counter, np.int64(capacity), oi, oj, od,
-            ))
-            found = int(counter.get()[0])
-            if count_only:
-                return found, None
-            if found <= capacity:
-                break
-            capacity = found
-        self._capacity = max(1 << 16, int(found * 1.5))
+        size = max(int(capacity), 1)
+        oi, oj, od = cp.empty(size, cp.int64), cp.empty(size, cp.int64), cp.empty(size, cp.float32)
+        per_pair = pair_counts is not None
+        kernel("brute.cu", "brute_filter")(grid, (BLOCK,), (
+            G, P, Q, np.int32(self.tile), np.int64(self.A.n), np.int64(self.B.n),
+            self.A.norm2, self.B.norm2, self.A.norm, self.B.norm, self.A.points, self.B.points,
+            self.A.perm, self.B.perm, np.int32(self.d),
+            np.float64(self.eps * (1.0 + 1e-9)), np.float64(self.eps2), np.float64(conv), np.float64(gamma2),
+            np.int32(self.selfjoin), counter, pair_counts if per_pair else counter, np.int32(per_pair),
+            np.int64(capacity), oi, oj, od,
+        ))
+        return int(counter.get()[0]), oi, oj, od
+
+    @staticmethod
+    def _sorted(oi, oj, od, found: int):
+        """The first ``found`` pairs, sorted by (i, j): deterministic whatever order the atomics gave."""
+        cp = cupy()
         oi, oj, od = oi[:found], oj[:found], od[:found]
-        order = cp.lexsort(cp.stack([oj, oi]))  # deterministic: by (i, j)
-        return found, (oi[order], oj[order], od[order])
+        order = cp.lexsort(cp.stack([oj, oi]))
+        return oi[order], oj[order], od[order]
+
+    def _range_parts(self, lo: int, hi: int, max_pairs: int | None):
+        """Sorted device (i, j, dist) parts of tile pairs [lo, hi), each of at most ``max_pairs`` pairs.
+
+        One launch with room for ``min(max_pairs, a running guess)`` pairs; when its pairs all
+        fit, they are the range's one part.  Otherwise the launch has counted every tile pair's
+        pairs, and the range is cut by those counts into runs of tile pairs of at most
+        ``max_pairs`` pairs, each filled again (from the same products, so the same decisions)
+        into room for exactly its pairs; a single tile pair with more pairs (at most tile^2) is
+        filled alone and its sorted pairs are sliced.  So the device holds at most
+        ``max(max_pairs, tile^2)`` output pairs at a time, besides the products of the range.
+        ``max_pairs=None``: one part of the whole range (a launch that overflowed is redone
+        with room for all its pairs).
+        """
+        cp = cupy()
+        P, Q, G = self._products(lo, hi)
+        room = self._capacity if max_pairs is None else min(self._capacity, max_pairs)
+        pair_counts = None if max_pairs is None else cp.zeros(hi - lo, cp.uint64)
+        found, oi, oj, od = self._filter(G, P, Q, room, pair_counts)
+        self._capacity = max(1 << 16, int(found * 1.5))
+        if found <= room:
+            if found:
+                yield self._sorted(oi, oj, od, found)
+            return
+        del oi, oj, od
+        if max_pairs is None:
+            cuts = [(0, hi - lo, found)]
+        else:
+            counts = pair_counts.get().astype(np.int64)
+            if int(counts.sum()) != found:
+                raise RuntimeError(f"brute GPU kernel: tile pairs {lo}..{hi} counted {int(counts.sum())} pairs "
+                                   f"one by one but {found} in all")
+            cuts = [(s0, s1, int(counts[s0:s1].sum())) for s0, s1 in bounded_ranges(counts, max_pairs)]
+        for s0, s1, want in cuts:
+            if not want:
+                continue
+            got, oi, oj, od = self._filter(G[s0:s1], P[s0:s1], Q[s0:s1], want)
+            if got != want:  # the same products give the same decisions: never expected
+                raise RuntimeError(f"brute GPU kernel: tile pairs {lo + s0}..{lo + s1} gave {got} pairs, "
+                                   f"{want} when counted")
+            part = self._sorted(oi, oj, od, want)
+            del oi, oj, od
+            if max_pairs is None:
+                yield part
+            else:
+                yield from split_batch(part, max_pairs)
+
+    def _batch(self, lo: int, hi: int, count_only: bool):
+        """Tile pairs [lo, hi) at once: (found, sorted device (i, j, dist)), or (found, None) for counts."""
+        if count_only:
+            P, Q, G = self._products(lo, hi)
+            return self._filter(G, P, Q, 0)[0], None
+        parts = list(self._range_parts(lo, hi, None))
+        if not parts:
+            empty = cupy().zeros(0, cupy().int64)
+            return 0, (empty, empty.copy(), cupy().zeros(0, cupy().float32))
+        return int(parts[0][0].shape[0]), parts[0]
 
     def _ranges(self):
+        """Ranges of at most ``self.batch`` tile pairs (one batched GEMM each, bounded by ``batch_bytes``)."""
         total = int(self.pairs_p.shape[0])
         return [(lo, min(lo + self.batch, total)) for lo in range(0, total, self.batch)]
 
     def count(self) -> int:
         return sum(self._batch(lo, hi, True)[0] for lo, hi in self._ranges())
 
-    def _device_parts(self):
+    def _device_parts(self, max_pairs: int | None = None):
         for lo, hi in self._ranges():
-            found, got = self._batch(lo, hi, False)
-            if found:
-                yield got
+            yield from self._range_parts(lo, hi, max_pairs)
 
     def pairs(self, with_distance: bool = True):
-        """All pairs; each batch's pairs go to the host as soon as they exist (bounded device memory)."""
-        parts = list(self.batches(0, with_distance))
+        """All pairs; each range's pairs go to the host as soon as they exist (bounded device memory)."""
+        parts = [to_host(i, j, d if with_distance else None) for i, j, d in self._device_parts(None)]
         if not parts:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), (np.zeros(0, np.float32) if with_distance else None)
         if len(parts) == 1:
@@ -209,6 +273,7 @@ class GpuBruteJoin:
         return tuple(None if parts[0][t] is None else np.concatenate([p[t] for p in parts]) for t in range(3))
 
     def batches(self, max_pairs: int, with_distance: bool = True):
-        """One batch per group of tile pairs (bounded by ``batch_bytes`` of products, not by ``max_pairs``)."""
-        for i, j, d in self._device_parts():
+        """Batches of at most ``max_pairs`` pairs each; device output memory bounded by ``max(max_pairs, tile^2)``
+        pairs (see :meth:`_range_parts`), the products by ``batch_bytes``."""
+        for i, j, d in self._device_parts(max(1, int(max_pairs))):
             yield to_host(i, j, d if with_distance else None)

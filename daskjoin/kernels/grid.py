@@ -14,7 +14,8 @@ neighbouring cells round-robin), which balances skewed data without a sort by
 workload and keeps the output order independent of the thread count.
 Output: one pass writing into per-lane regions sized from a sampled count, with
 the cells of any lane that overflows redone exactly (count, prefix sum, fill);
-or, for bounded batches, a count pass then fills over ranges of cells.
+or, for bounded batches, a count pass then fills over ranges of cells (a cell with more
+pairs than a batch holds: over ranges of its points, counted one by one).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import numpy as np
 from .exact import eps_squared, within
 from .grid_index import boundary_slack, build_index, choose_grid
 from .parallel_guard import serialised
+from .registry import bounded_ranges, split_batch
 
 CELLS_PER_BLOCK = 16
 #: Fixed lane count: the output order depends on it, so it must not follow the thread count.
@@ -116,12 +118,18 @@ def _boundary_gaps(pts, a, dims, origin, widths, coords, slack, gf):
 
 @numba.njit(cache=True, nogil=True)
 def _visit_cell(c, qi, di, eps2, selfjoin, grid, work, fill, oi, oj, od, pos, end):
-    """Count or write the pairs of query cell ``c``; returns the new position or -1 on overflow.
+    """Count or write the pairs of query cell ``c``; returns the new position or -1 on overflow."""
+    return _visit_points(c, qi[2][c], qi[2][c + 1], qi, di, eps2, selfjoin, grid, work, fill, oi, oj, od, pos, end)
 
-    Per query point, a neighbour row is skipped when the point's distance to it
-    (over the offset dimensions, from the cell faces) exceeds eps, and the row's
-    first or last cell is dropped likewise: this prunes most of the 3^k cells
-    of the plain grid in 6-d.
+
+@numba.njit(cache=True, nogil=True)
+def _visit_points(c, a0, a1, qi, di, eps2, selfjoin, grid, work, fill, oi, oj, od, pos, end):
+    """Count or write the pairs of the query points at sorted positions [a0, a1) of cell ``c``.
+
+    Returns the new position or -1 on overflow.  Per query point, a neighbour row is
+    skipped when the point's distance to it (over the offset dimensions, from the cell
+    faces) exceeds eps, and the row's first or last cell is dropped likewise: this
+    prunes most of the 3^k cells of the plain grid in 6-d.
     """
     dims, origin, widths, ncells, strides, slack = grid
     rows, offs, gf = work
@@ -133,7 +141,7 @@ def _visit_cell(c, qi, di, eps2, selfjoin, grid, work, fill, oi, oj, od, pos, en
     own_end = e
     if selfjoin and k > 0 and coords[k - 1] + 1 < ncells[k - 1]:
         own_end = _first_at(di[1], di[2], di[5], qi[1][c] + 2)
-    for a in range(s, e):
+    for a in range(max(a0, s), min(a1, e)):
         if k > 0:
             _boundary_gaps(qpts, a, dims, origin, widths, coords, slack, gf)
         xa = qpts[a, dims[k - 1]] if k > 0 else 0.0
@@ -233,6 +241,37 @@ def _fill_cells(qi, di, eps2, selfjoin, grid, cells, offsets, oi, oj, od):
             for t in range(block * CELLS_PER_BLOCK, min((block + 1) * CELLS_PER_BLOCK, cells.shape[0])):
                 at = offsets[t] - base
                 _visit_cell(cells[t], qi, di, eps2, selfjoin, grid, work, True, oi, oj, od, at, offsets[t + 1] - base)
+    return 0
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _count_points(qi, di, eps2, selfjoin, grid, c):
+    """Exact pair count of every query point of cell ``c`` (for cells with more pairs than a batch)."""
+    s, e = qi[2][c], qi[2][c + 1]
+    counts = np.zeros(e - s, np.int64)
+    dummy_i = np.empty(0, np.int64)
+    dummy_d = np.empty(0, np.float32)
+    big = np.int64(1) << 62
+    nblocks = (e - s + CELLS_PER_BLOCK - 1) // CELLS_PER_BLOCK
+    for block in numba.prange(nblocks):
+        work = _workspace(grid[4])
+        for t in range(block * CELLS_PER_BLOCK, min((block + 1) * CELLS_PER_BLOCK, e - s)):
+            counts[t] = _visit_points(c, s + t, s + t + 1, qi, di, eps2, selfjoin, grid, work, False,
+                                      dummy_i, dummy_i, dummy_d, 0, big)
+    return counts
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _fill_points(qi, di, eps2, selfjoin, grid, c, a0, offsets, oi, oj, od):
+    """Write the pairs of point ``a0 + t`` of cell ``c`` at ``offsets[t] - offsets[0]`` (offsets from exact counts)."""
+    npts = offsets.shape[0] - 1
+    base = offsets[0]
+    nblocks = (npts + CELLS_PER_BLOCK - 1) // CELLS_PER_BLOCK
+    for block in numba.prange(nblocks):
+        work = _workspace(grid[4])
+        for t in range(block * CELLS_PER_BLOCK, min((block + 1) * CELLS_PER_BLOCK, npts)):
+            _visit_points(c, a0 + t, a0 + t + 1, qi, di, eps2, selfjoin, grid, work, True, oi, oj, od,
+                          offsets[t] - base, offsets[t + 1] - base)
     return 0
 
 
@@ -347,28 +386,41 @@ class GridJoin:
                 _fill_cells(*self._args(), cells, offsets, oi, oj, od)
         return oi, oj, (od if with_distance else None)
 
-    def pairs(self, with_distance: bool = True):
-        """All pairs as (i, j, dist), in an order that depends only on the inputs."""
+    def _estimated(self) -> float | None:
+        """Pairs estimated from every ``SAMPLE_EVERY``-th block of cells; None where counting all is as cheap."""
         nblocks = -(-self.ncell // CELLS_PER_BLOCK)
         if self._counts is not None or nblocks < SAMPLE_MIN_BLOCKS:
-            return self._fill_exact(np.arange(self.ncell, dtype=np.int64), self.counts(), with_distance)
+            return None
         sampled = np.concatenate(
             [np.arange(b * CELLS_PER_BLOCK, min((b + 1) * CELLS_PER_BLOCK, self.ncell)) for b in range(0, nblocks, SAMPLE_EVERY)]
         ).astype(np.int64)
         with serialised():
             sampled_count = _count_cells(*self._args(), sampled).sum()
-        estimate = sampled_count * (self.ncell / max(1, sampled.shape[0]))
-        cap = int(estimate * CAPACITY_SLACK / LANES) + 1024
+        return sampled_count * (self.ncell / max(1, sampled.shape[0]))
+
+    def _single_pass(self, cap: int):
+        """One pass over all cells into ``LANES`` buffers of ``cap`` pairs: (compacted head, cells left unfinished).
+
+        Half the work of count-then-fill when the estimate holds; cells whose lane filled up are
+        left for an exact count and fill.
+        """
         bi, bj, bd = np.empty(cap * LANES, np.int64), np.empty(cap * LANES, np.int64), np.empty(cap * LANES, np.float32)
         used = np.zeros(LANES, np.int64)
         stop_at = np.full(LANES, -1, np.int64)
         with serialised():
             _single_pass(*self._args(), cap, bi, bj, bd, used, stop_at)
-        rest = _unfinished_cells(stop_at, self.ncell)
+        head = _compact_in_place(cap, used, bi, bj, bd)
+        return (bi, bj, bd, head), _unfinished_cells(stop_at, self.ncell)
+
+    def pairs(self, with_distance: bool = True):
+        """All pairs as (i, j, dist), in an order that depends only on the inputs."""
+        estimate = self._estimated()
+        if estimate is None:
+            return self._fill_exact(np.arange(self.ncell, dtype=np.int64), self.counts(), with_distance)
+        (bi, bj, bd, head), rest = self._single_pass(int(estimate * CAPACITY_SLACK / LANES) + 1024)
         with serialised():
             rest_counts = _count_cells(*self._args(), rest)
         ri, rj, rd = self._fill_exact(rest, rest_counts, True)
-        head = _compact_in_place(cap, used, bi, bj, bd)
         total = head + ri.shape[0]
         if total <= bi.shape[0]:
             bi[head:total], bj[head:total], bd[head:total] = ri, rj, rd
@@ -380,14 +432,43 @@ class GridJoin:
         return oi, oj, (od if with_distance else None)
 
     def batches(self, max_pairs: int, with_distance: bool = True):
-        """Yield (i, j, dist) batches of at most ``max_pairs`` pairs (one cell may exceed it)."""
-        counts = self.counts()
-        offsets = np.zeros(self.ncell + 1, np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        c0 = 0
-        while c0 < self.ncell:
-            c1 = int(np.searchsorted(offsets, offsets[c0] + max(1, max_pairs), side="right")) - 1
-            c1 = min(max(c1, c0 + 1), self.ncell)
-            cells = np.arange(c0, c1, dtype=np.int64)
-            yield self._fill_exact(cells, counts[c0:c1], with_distance)
-            c0 = c1
+        """Yield (i, j, dist) batches of at most ``max_pairs`` pairs each.
+
+        First one pass into buffers of at most ``max_pairs`` pairs (as ``pairs()``: no counting
+        pass where the estimate holds); then the cells it left, counted, in runs of whole cells
+        where they fit; a cell with more pairs is cut by its query points (counted one by one),
+        and a single point with more pairs than ``max_pairs`` is filled alone and sliced (its
+        pairs are at most the other side's row count).
+        """
+        max_pairs = max(1, int(max_pairs))
+        estimate = self._estimated() if max_pairs >= LANES * 1024 else None
+        if estimate is None:
+            cells, counts = np.arange(self.ncell, dtype=np.int64), self.counts()
+        else:
+            cap = min(int(estimate * CAPACITY_SLACK / LANES) + 1024, max_pairs // LANES)
+            (bi, bj, bd, head), cells = self._single_pass(cap)
+            if head:
+                yield bi[:head], bj[:head], (bd[:head] if with_distance else None)
+            with serialised():
+                counts = _count_cells(*self._args(), cells)
+        for k0, k1 in bounded_ranges(counts, max_pairs):
+            if k1 - k0 == 1 and counts[k0] > max_pairs:
+                yield from self._cell_batches(int(cells[k0]), max_pairs, with_distance)
+            else:
+                yield self._fill_exact(cells[k0:k1], counts[k0:k1], with_distance)
+
+    def _cell_batches(self, c: int, max_pairs: int, with_distance: bool):
+        """The pairs of one cell with more than ``max_pairs`` pairs, in batches of at most ``max_pairs``."""
+        args = self._args()
+        with serialised():
+            counts = _count_points(*args, c)
+        a0 = int(self.query[2][c])
+        for t0, t1 in bounded_ranges(counts, max_pairs):
+            offsets = np.zeros(t1 - t0 + 1, np.int64)
+            np.cumsum(counts[t0:t1], out=offsets[1:])
+            size = int(offsets[-1])
+            oi, oj, od = np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.float32)
+            if size:
+                with serialised():
+                    _fill_points(*args, c, a0 + t0, offsets, oi, oj, od)
+            yield from split_batch((oi, oj, od if with_distance else None), max_pairs)

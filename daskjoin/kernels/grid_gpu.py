@@ -9,7 +9,7 @@ prefix sum and a fill pass over *items* (query point, lane).  Options:
 - ``sort_by_workload``: items ordered by their candidate count, heaviest first;
 - ``work_queue``: warps take items from an atomic counter (a persistent grid).
 
-Outputs larger than ``max_pairs`` come out in batches of items.
+Outputs larger than ``max_pairs`` come out in batches of items, each of at most ``max_pairs`` pairs.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import numpy as np
 from .exact import eps_squared
 from .gpu_common import cupy, device_budget_bytes, kernel, pinned_empty, to_host
 from .grid_index import MAX_CELL_ID, DENSE_CELLS_PER_POINT, boundary_slack, choose_grid
+from .registry import split_batch
 
 BLOCK = 256
 MAX_INDEXED = 6
@@ -255,6 +256,7 @@ class GpuGridJoin:
         while lo < self.nitems:
             hi = int(np.searchsorted(cum, done + max(1, max_pairs), side="right"))
             hi = min(max(hi, lo + 1), self.nitems)
-            yield self._fill(lo, hi, with_distance)
+            # one item (query point, lane) with more pairs (at most len(b)) is sliced on the host
+            yield from split_batch(self._fill(lo, hi, with_distance), max_pairs)
             done = int(cum[hi - 1])
             lo = hi

@@ -52,12 +52,10 @@ class JoinJob:
         return DISTANCE if self.with_distance else None
 
     label = "daskjoin-pairs"
-    sorts_rows = False  # rows leave in the kernel's order (sorting them is left to [e2e]: its cost)
 
     def batches(self, part: Partition, max_pairs: int | None):
-        """The partition's (i, j, dist) in original ids; bounded batches where its estimate exceeds ``max_pairs``."""
-        bounded = max_pairs is not None and part.est_pairs > max_pairs
-        yield from _Sides(self, part).batches(max_pairs if bounded else None)
+        """The partition's (i, j, dist) in original ids, in batches of at most ``max_pairs`` (None: one batch)."""
+        yield from _Sides(self, part).batches(max_pairs)
 
     def count(self, part: Partition) -> int:
         return _Sides(self, part).count()

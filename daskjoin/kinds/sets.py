@@ -1,7 +1,7 @@
 """The set-similarity join as a join kind: what each of its tasks does with one size-range block.
 
 :class:`SetJob` is what every task of one set join shares; it reads the block's sets (from a
-store by range, or from memory), filters and verifies them (:mod:`daskjoin.sets.local`), and
+store by range, or from memory), filters and verifies them (:mod:`daskjoin.kernels.sets.local`), and
 reports pairs in original ids.  The execution layer (:mod:`daskjoin.execution.task`) calls
 its ``batches`` and ``count``.
 """
@@ -11,37 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels import resolve_backend
-from ..sets import local
-from ..sets.local import Flat
-from ..sets.plan import SetBlock, SetPlan
-
-
-@dataclass(frozen=True, eq=False)
-class SetSource:
-    """Where a task reads its sets: a store path (read by range) or an in-memory collection.
-
-    ``remap`` (store only): the new rank of each of the store's ranks, for an R x S join
-    whose two sides were put in one token order from their vocabularies alone; each
-    range read is re-ranked on the worker, so the client never loads the sets.
-    """
-
-    path: str | None = None
-    collection: object = None
-    remap: np.ndarray | None = None
-    missing_chunks: str = "error"  # the client's daskjoin.missing-chunks, so workers follow it
-
-    def read(self, rows: tuple):
-        lo, hi = rows
-        if self.path is not None:
-            from ..io.sets_in import read_sets_range, rerank_tokens
-
-            part = read_sets_range(self.path, lo, hi, missing_chunks=self.missing_chunks)
-            tokens = part.tokens if self.remap is None else rerank_tokens(part.tokens, part.offsets, self.remap)
-        else:
-            part = self.collection.slice(lo, hi)
-            tokens = part.tokens
-        return Flat.of(tokens, part.offsets), part.ids
+from ..io.set_inputs import SetSource
+from ..kernels import registry, resolve_backend
+from ..kernels.sets import local
+from ..kernels.sets.local import Flat
+from ..planning.sets import SetBlock, SetPlan
 
 
 @dataclass(frozen=True)
@@ -72,7 +46,6 @@ class SetJob:
 
     value = ("sim", "float64")
     label = "daskjoin-setpairs"
-    sorts_rows = True  # each batch leaves sorted by (i, j); a frame of several batches is sorted whole
 
     def in_memory_bytes(self) -> int:
         """Bytes of array data the job carries (in-memory collections, token remaps)."""
@@ -87,10 +60,10 @@ class SetJob:
         return int(total)
 
     def _sides(self, block: SetBlock):
-        r, r_ids = self.source_a.read(block.r)
+        r, r_ids = _read(self.source_a, block.r)
         if block.is_self:
             return r, r_ids, None, r_ids
-        s, s_ids = (self.source_a if self.plan.selfjoin else self.source_b).read(block.s)
+        s, s_ids = _read(self.source_a if self.plan.selfjoin else self.source_b, block.s)
         return r, r_ids, s, s_ids
 
     def _kernel_args(self, block: SetBlock) -> dict:
@@ -101,22 +74,33 @@ class SetJob:
         return dict(algorithm=self.plan.algorithm, backend=backend, larger_partners=block.larger_partners,
                     options=options, group_copies=self.plan.group_copies)
 
+    def _driver(self, block: SetBlock, r: Flat, s: Flat | None):
+        """The registry's ("sets", algorithm, backend) driver of one block's sides."""
+        kw = self._kernel_args(block)
+        algorithm, backend = kw.pop("algorithm"), kw.pop("backend")
+        return registry.make("sets", algorithm, backend, r, s, self.plan.threshold, **kw)
+
     def count(self, block: SetBlock) -> int:
         r, _, s, _ = self._sides(block)
-        return int(local.block_count(r, s, self.plan.threshold, **self._kernel_args(block)))
+        return int(self._driver(block, r, s).count())
 
     def batches(self, block: SetBlock, max_pairs: int | None = None):
-        """The block's matches as (i, j, sim) batches in original ids (self-joins: i < j), each sorted.
+        """The block's matches as (i, j, sim) batches in original ids (self-joins: i < j); the task sorts them.
 
-        Batches are bounded by the verifier's chunks (``chunk_candidates``), whatever ``max_pairs`` says.
+        Each batch holds at most ``max_pairs`` pairs (None: the kernel's default bound).
         """
         r, r_ids, s, s_ids = self._sides(block)
         sizes_r = r.sizes
         sizes_s = sizes_r if s is None else s.sizes
-        for probe, cand, overlap in local.block_batches(r, s, self.plan.threshold, **self._kernel_args(block)):
+        bound = local.DEFAULT_MAX_PAIRS if max_pairs is None else max_pairs
+        for probe, cand, overlap in self._driver(block, r, s).batches(bound):
             sim = self.plan.threshold.similarity(overlap, sizes_r[probe], sizes_s[cand])
             i, j = r_ids[probe], s_ids[cand]
             if self.plan.selfjoin:
                 i, j = np.minimum(i, j), np.maximum(i, j)
-            order = np.lexsort((j, i))
-            yield i[order], j[order], sim[order]
+            yield i, j, sim
+
+
+def _read(source: SetSource, rows: tuple):
+    tokens, offsets, ids = source.read(rows)
+    return Flat.of(tokens, offsets), ids

@@ -13,8 +13,9 @@ from typing import Callable
 import numpy as np
 
 from .. import config
+from ..caches import CACHE
 from ..io import commit
-from ..io.zarr_in import MemorySource, Source
+from ..io.zarr_in import MemorySource, Source, ZarrSource
 from ..validation import first_nonfinite_row
 from . import cache
 
@@ -95,7 +96,14 @@ def _local_mapper(func, items):
     return [func(item) for item in items]
 
 
-_LOADED: dict = {}  # stats file -> BlockStats (the file name holds the input's fingerprint)
+def stats_path(source: Source, fingerprint: str | None = None) -> str:
+    """Where a Zarr input's statistics are cached (the name holds the input's fingerprint)."""
+    return os.path.join(cache.cache_dir(source), f"stats-{fingerprint or cache.fingerprint(source)}.npz")
+
+
+def stats_cached(source: Source, fingerprint: str | None = None) -> bool:
+    """Whether :func:`block_stats` of a Zarr input will read nothing of its data (cached on disk)."""
+    return isinstance(source, ZarrSource) and os.path.exists(stats_path(source, fingerprint))
 
 
 def block_stats(source: Source, mapper: Mapper | None = None, fingerprint: str | None = None) -> BlockStats:
@@ -106,8 +114,8 @@ def block_stats(source: Source, mapper: Mapper | None = None, fingerprint: str |
     """
     if isinstance(source, MemorySource) or mapper is None:
         return _compute(source, _local_mapper)
-    path = os.path.join(cache.cache_dir(source), f"stats-{fingerprint or cache.fingerprint(source)}.npz")
-    stats = _LOADED.get(path)
+    path = stats_path(source, fingerprint)
+    stats = CACHE.get("stats", path)  # stats file -> BlockStats (the file name holds the input's fingerprint)
     if stats is not None and os.path.exists(path):
         return stats
     built = {}
@@ -127,10 +135,7 @@ def block_stats(source: Source, mapper: Mapper | None = None, fingerprint: str |
                 starts=f["starts"], lo=f["lo"], hi=f["hi"], first_bad=int(f["first_bad"]),
                 sample=f["sample"], sample_rows=f["sample_rows"],
             )
-    if len(_LOADED) >= 32:
-        _LOADED.clear()
-    _LOADED[path] = stats
-    return stats
+    return CACHE.put("stats", path, stats)
 
 
 def box_d2(lo_a: np.ndarray, hi_a: np.ndarray, lo_b: np.ndarray, hi_b: np.ndarray) -> np.ndarray:

@@ -19,9 +19,8 @@ import os
 import numpy as np
 
 from .. import config
+from ..caches import CACHE
 from ..io.zarr_in import ZarrSource, chunk_files, metadata_token, missing_file_error, raw_layout, wrong_size_error
-
-_FINGERPRINTS: dict = {}  # state token -> fingerprint
 
 
 def state_token(source: ZarrSource) -> tuple | None:
@@ -57,15 +56,11 @@ def state_token(source: ZarrSource) -> tuple | None:
 def fingerprint(source: ZarrSource) -> str:
     """The array's cache key (see :func:`full_fingerprint`), looked up by its :func:`state_token` when seen before."""
     token = state_token(source)
-    value = None if token is None else _FINGERPRINTS.get(token)
+    value = None if token is None else CACHE.get("fingerprints", token)  # state token -> fingerprint
     if value is not None:
         return value
     value = full_fingerprint(source)
-    if token is not None:
-        if len(_FINGERPRINTS) >= 256:
-            _FINGERPRINTS.clear()
-        _FINGERPRINTS[token] = value
-    return value
+    return value if token is None else CACHE.put("fingerprints", token, value)
 
 
 def full_fingerprint(source: ZarrSource) -> str:

@@ -35,6 +35,27 @@ class Partition:
         return (self.a[1] - self.a[0]) + ((self.b[1] - self.b[0]) if self.b else 0)
 
 
+@dataclass(frozen=True)
+class PlanStep:
+    """A pass over the input data that planning needs (statistics, a sorted copy), named so ``explain()`` shows it.
+
+    ``reads`` is the bytes of input data the step reads when it runs; a step whose result
+    was cached (on disk beside the input, or in this process) reads nothing and ``cached``
+    says so.  ``seconds`` is what it took in this plan (0 when cached).
+    """
+
+    name: str
+    what: str
+    reads: int
+    cached: bool
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        cost = ("cached: read nothing" if self.cached
+                else f"read {fmt_bytes(self.reads)} in {self.seconds:.2f} s when this plan was made")
+        return f"{self.name}: {self.what}; {cost}"
+
+
 @dataclass(frozen=True, eq=False)
 class Plan:
     """Everything needed to run a join; ``explain()`` says what will happen and why."""
@@ -56,6 +77,7 @@ class Plan:
     notes: tuple[str, ...] = ()
     gpu_options: tuple = ()  # (name, value) pairs for the GPU driver of the method
     inputs_token: str = field(default="", repr=False)  # fingerprint of Zarr inputs, part of the tasks' keys
+    steps: tuple[PlanStep, ...] = ()  # the passes over the data planning ran (or found cached)
 
     @property
     def ntasks(self) -> int:
@@ -82,6 +104,7 @@ class Plan:
             f"  estimate:      {self.estimate.describe()}",
             f"  memory/task:   up to ~{fmt_bytes(worst)} (budget {fmt_bytes(self.memory_budget)})",
         ]
+        lines += [f"  data pass:     {step.describe()}" for step in self.steps]
         lines += [f"  note:          {note}" for note in self.notes]
         return "\n".join(lines)
 

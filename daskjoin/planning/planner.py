@@ -10,54 +10,32 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
-from collections import OrderedDict
+import time
 
 import numpy as np
 
 from .. import config
+from ..caches import CACHE
 from ..io import commit
 from ..io.zarr_in import MemorySource, Source, ZarrSource
 from ..validation import InputError, raise_nonfinite
 from . import cache, cost
-from .bounds import block_stats
+from .bounds import block_stats, stats_cached
 from .chunk_pairs import block_rows_for, plan_block_pairs
 from .estimate import estimate_pairs
-from .plan import PAIR_BYTES, Partition, Plan, fmt_bytes, row_bytes
+from .plan import PAIR_BYTES, Partition, Plan, PlanStep, fmt_bytes, row_bytes
 from .slabs import plan_slabs, slab_rows_for, split_dimension
 from .sorted_copy import SortedCopy, open_sorted, sort_in_memory, sorted_copy_exists
 
 PARTITIONINGS = ("auto", "chunk_pairs", "slabs")
-PLAN_CACHE_SIZE = 64
-_PLANS: OrderedDict = OrderedDict()  # key -> Plan, least recently used first
-_ESTIMATES: OrderedDict = OrderedDict()  # (fingerprints, sizes, eps, sample rows) -> Estimate
-
-
-_LOCK = threading.Lock()
-
-
-def _recall(store: OrderedDict, key):
-    with _LOCK:
-        value = store.get(key)
-        if value is not None:
-            store.move_to_end(key)
-        return value
-
-
-def _remember(store: OrderedDict, key, value):
-    with _LOCK:
-        store[key] = value
-        store.move_to_end(key)
-        while len(store) > PLAN_CACHE_SIZE:
-            store.popitem(last=False)
-    return value
+# kept in daskjoin.caches.CACHE: "plans" (plan key -> Plan) and
+# "estimates" ((fingerprints, sizes, eps, sample rows) -> Estimate)
 
 
 def clear_caches() -> None:
-    """Forget the plans and estimates kept in this process (the on-disk caches stay)."""
-    with _LOCK:
-        _PLANS.clear()
-        _ESTIMATES.clear()
+    """Forget the plans and estimates kept in this process (on-disk caches stay); see :func:`daskjoin.clear_cache`."""
+    CACHE.clear("plans")
+    CACHE.clear("estimates")
 
 
 def _input_token(source: Source | None):
@@ -93,12 +71,12 @@ def _reused(plan: Plan) -> Plan:
 
 def _estimate(stats_a, n_a: int, eps: float, stats_b, n_b: int, fingerprints: tuple | None):
     key = None if fingerprints is None else (fingerprints, n_a, n_b, eps, config.get("sample-rows"))
-    hit = None if key is None else _recall(_ESTIMATES, key)
+    hit = None if key is None else CACHE.get("estimates", key)
     if hit is not None:
         return hit
     est = estimate_pairs(stats_a.sample, n_a, eps, None if stats_b is None else stats_b.sample,
                          None if stats_b is None else n_b)
-    return est if key is None else _remember(_ESTIMATES, key, est)
+    return est if key is None else CACHE.put("estimates", key, est)
 
 
 def _sorted(source: Source, dim: int, stats, runner, budget: int, fingerprint: str | None) -> tuple[SortedCopy, str]:
@@ -112,6 +90,33 @@ def _sorted(source: Source, dim: int, stats, runner, budget: int, fingerprint: s
     # concurrent joins of one input build its copy once (the others wait, then read it)
     built = commit.build_once(path, sorted_copy_exists, build)
     return open_sorted(path, dim), f"sorted copy {'built at' if built else 'reused from'} {path}"
+
+
+def _data_bytes(source: Source) -> int:
+    return int(source.n) * int(source.d) * np.dtype(source.dtype).itemsize
+
+
+def _statistics(name: str, source: Source, runner, fingerprint: str | None, steps: list):
+    """The statistics pass over one input, as a named plan step; bad rows refused here, naming the first."""
+    cached = stats_cached(source, fingerprint) if isinstance(source, ZarrSource) else False
+    start = time.perf_counter()
+    stats = block_stats(source, runner.map, fingerprint)
+    where = "in memory" if isinstance(source, MemorySource) else "kept beside the input for later plans"
+    steps.append(PlanStep(f"statistics of {name}", f"bounds per block, NaN/inf check, sample, {where}",
+                          _data_bytes(source), cached, 0.0 if cached else time.perf_counter() - start))
+    if stats.first_bad >= 0:
+        raise_nonfinite(f"{name} ({source.label})", stats.first_bad)
+    return stats
+
+
+def _sorted_step(name: str, source: Source, dim: int, stats, runner, budget: int, fingerprint: str | None,
+                 steps: list):
+    start = time.perf_counter()
+    reader, note = _sorted(source, dim, stats, runner, budget, fingerprint)
+    cached = "reused" in note
+    steps.append(PlanStep(f"sorted copy of {name}", f"rows ordered along dimension {dim} for slabs",
+                          _data_bytes(source), cached, 0.0 if cached else time.perf_counter() - start))
+    return reader, note
 
 
 def _inputs_token(fp_a: str | None, fp_b: str | None) -> str:
@@ -131,12 +136,12 @@ def make_plan(a: Source, b: Source | None, eps: float, *, method: str, partition
         raise InputError(f"partitioning must be one of {PARTITIONINGS}, got {partitioning!r}")
     options = (method, partitioning, backend, int(memory_budget), bool(gpu), tuple(gpu_options), cluster)
     key = _plan_key(a, b, eps, options)
-    hit = None if key is None else _recall(_PLANS, key)
+    hit = None if key is None else CACHE.get("plans", key)
     if hit is not None and _still_there(hit):
-        return _remember(_PLANS, key, _reused(hit))
+        return CACHE.put("plans", key, _reused(hit))
     plan = _make_plan(a, b, eps, method=method, partitioning=partitioning, backend=backend,
                       memory_budget=memory_budget, runner=runner, gpu=gpu, gpu_options=gpu_options)
-    return plan if key is None else _remember(_PLANS, key, plan)
+    return plan if key is None else CACHE.put("plans", key, plan)
 
 
 def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitioning: str, backend: str,
@@ -144,14 +149,9 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     zarr_inputs = isinstance(a, ZarrSource) and (b is None or isinstance(b, ZarrSource))
     fp_a = cache.fingerprint(a) if zarr_inputs else None
     fp_b = cache.fingerprint(b) if zarr_inputs and b is not None else None
-    stats_a = block_stats(a, runner.map, fp_a)
-    if stats_a.first_bad >= 0:
-        raise_nonfinite(f"A ({a.label})", stats_a.first_bad)
-    stats_b = None
-    if b is not None:
-        stats_b = block_stats(b, runner.map, fp_b)
-        if stats_b.first_bad >= 0:
-            raise_nonfinite(f"B ({b.label})", stats_b.first_bad)
+    steps = []
+    stats_a = _statistics("A", a, runner, fp_a, steps)
+    stats_b = None if b is None else _statistics("B", b, runner, fp_b, steps)
     n_a, n_b = a.n, (a.n if b is None else b.n)
     est = _estimate(stats_a, n_a, eps, stats_b, n_b, (fp_a, fp_b) if zarr_inputs else None)
     chosen_method, method_reason = cost.choose_method(method, a.d, gpu=gpu)
@@ -166,10 +166,10 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         lo = stats_a.lo_all if b is None else np.minimum(stats_a.lo_all, stats_b.lo_all)
         hi = stats_a.hi_all if b is None else np.maximum(stats_a.hi_all, stats_b.hi_all)
         dim = split_dimension(lo, hi)
-        reader_a, note = _sorted(a, dim, stats_a, runner, memory_budget, fp_a)
+        reader_a, note = _sorted_step("A", a, dim, stats_a, runner, memory_budget, fp_a, steps)
         notes.append(f"A {note}")
         if b is not None:
-            reader_b, note = _sorted(b, dim, stats_b, runner, memory_budget, fp_b)
+            reader_b, note = _sorted_step("B", b, dim, stats_b, runner, memory_budget, fp_b, steps)
             notes.append(f"B {note}")
         slab_rows = slab_rows_for(memory_budget, n_a, n_b, a.d, est.upper)
         parts = plan_slabs(reader_a, reader_b, eps, slab_rows, est.upper)
@@ -181,7 +181,7 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         partitioning=chosen, partitioning_reason=reason, backend=backend, a=a, b=b,
         reader_a=reader_a, reader_b=reader_b, partitions=parts, estimate=est,
         memory_budget=memory_budget, notes=tuple(notes), gpu_options=gpu_options,
-        inputs_token=_inputs_token(fp_a, fp_b),
+        inputs_token=_inputs_token(fp_a, fp_b), steps=tuple(steps),
     )
     worst = max(plan.task_memory(p) for p in parts)
     if worst > memory_budget:

@@ -11,6 +11,8 @@
 // order (__dadd_rn/__dmul_rn: no FMA contraction), so no pair is lost or gained.
 // Accepted pairs are appended through an atomic counter; the driver re-runs a batch
 // whose output overflowed and sorts each batch's pairs, so the order is deterministic.
+// With per_pair set, pair_counts[b] also counts tile pair b's accepted pairs (written or
+// not), from which the driver cuts batches of at most max_pairs pairs.
 
 typedef long long i64;
 
@@ -21,7 +23,8 @@ extern "C" __global__ void brute_filter(
     const double* __restrict__ A, const double* __restrict__ B,
     const i64* __restrict__ perm_a, const i64* __restrict__ perm_b, int d,
     double eps_hi, double eps2, double conv, double gamma2, int selfjoin,
-    unsigned long long* __restrict__ counter, i64 capacity,
+    unsigned long long* __restrict__ counter, unsigned long long* __restrict__ pair_counts, int per_pair,
+    i64 capacity,
     i64* __restrict__ oi, i64* __restrict__ oj, float* __restrict__ od) {
     const i64 pair = blockIdx.z;
     const i64 tp = P[pair], tq = Q[pair];
@@ -51,6 +54,7 @@ extern "C" __global__ void brute_filter(
             i64 i = perm_a[a], j = perm_b[b];
             if (selfjoin && j < i) { i64 t = i; i = j; j = t; }
             const unsigned long long pos = atomicAdd(counter, 1ULL);
+            if (per_pair) atomicAdd(pair_counts + pair, 1ULL);
             if ((i64)pos < capacity) {
                 oi[pos] = i;
                 oj[pos] = j;

@@ -3,7 +3,7 @@
 // Layout (the paper's): probe ids `probes[g]`, candidate groups
 // cands[offsets[g] .. offsets[g+1]); sets as ranks `tokens` delimited by
 // `offsets`.  Every kernel writes overlaps[c] = |r ∩ s| when the pair reaches
-// the threshold, else 0.  The threshold test mirrors daskjoin/sets/measures.py
+// the threshold, else 0.  The threshold test mirrors daskjoin/kernels/sets/measures.py
 // exactly (integer arithmetic; cosine through 128-bit products).
 // Compiles under nvcc and NVRTC: extern "C", no host headers.
 

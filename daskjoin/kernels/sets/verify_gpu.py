@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import gpu_common
+from .. import gpu_common
 
 #: verification alternative -> kernel (Bellas & Gounaris: A, B, C)
 KERNELS = {"thread": "verify_thread", "block": "verify_block", "intersect_path": "verify_path"}

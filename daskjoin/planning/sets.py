@@ -13,8 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .measures import Threshold, max_partner, min_partner, probe_prefix
+from ..kernels.sets.measures import max_partner, min_partner, probe_prefix
+from .set_threshold import Threshold
 
+#: The set join's methods (both give the same pairs; ppjoin adds the positional filter)
+ALGORITHMS = ("ppjoin", "allpairs")
 #: Rough bytes one token costs a block (its rank, its postings, candidates, CPU scratch)
 BYTES_PER_TOKEN = 48
 BYTES_PER_SET = 64
@@ -140,3 +143,28 @@ def cross_blocks(sizes_a, parts_a, sizes_b, parts_b, threshold: Threshold) -> tu
             else:
                 pruned += 1
     return tuple(blocks), pruned
+
+
+def make_set_plan(sizes_a: np.ndarray, tokens_a: int, sizes_b: np.ndarray | None, tokens_b: int,
+                  threshold: Threshold, *, algorithm: str, backend: str, budget: int, threads: int,
+                  partitions: int | None, gpu_options: dict) -> SetPlan:
+    """The blocks of a set join (``sizes_b=None``: a self-join) from the sets' sizes alone."""
+    start_a = matchable_from(sizes_a, threshold)
+    if sizes_b is None:
+        k = partition_count(tokens_a, len(sizes_a), budget, threads, partitions)
+        parts_a = split_ranges(sizes_a, start_a, k)
+        parts_b = ()
+        blocks, pruned = self_blocks(sizes_a, parts_a, threshold)
+        unmatchable = start_a
+    else:
+        start_b = matchable_from(sizes_b, threshold)
+        k = partition_count(tokens_a + tokens_b, len(sizes_a) + len(sizes_b), budget, threads, partitions)
+        k_a = max(1, round(k * tokens_a / max(1, tokens_a + tokens_b))) if partitions is None else partitions
+        k_b = max(1, k - k_a) if partitions is None else partitions
+        parts_a, parts_b = split_ranges(sizes_a, start_a, k_a), split_ranges(sizes_b, start_b, k_b)
+        blocks, pruned = cross_blocks(sizes_a, parts_a, sizes_b, parts_b, threshold)
+        unmatchable = start_a + start_b
+    return SetPlan(threshold=threshold, algorithm=algorithm, backend=backend, selfjoin=sizes_b is None,
+                   n_a=len(sizes_a), n_b=0 if sizes_b is None else len(sizes_b), parts_a=parts_a, parts_b=parts_b,
+                   blocks=blocks, pruned=pruned, unmatchable=unmatchable, budget=int(budget),
+                   gpu_options=tuple(sorted(gpu_options.items())))

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from ..kernels.parallel_guard import serialised
+from ..parallel_guard import serialised
+from ..registry import split_batch
 from .filtering import build_index, filter_window, prefix_lengths
 from . import groups
-from .measures import Threshold, meets
+from .measures import meets
 from .verify_cpu import CpuVerifier
 
-ALGORITHMS = ("ppjoin", "allpairs")
 DEFAULT_CHUNK = 1 << 22
 _MIN_WINDOW, _MAX_WINDOW = 16, 1 << 15
 
@@ -205,7 +205,9 @@ def block_batches(r: Flat, s: Flat | None, threshold: Threshold, *, algorithm: s
     """Yield a block's matches in batches: (r positions, s positions, overlaps).
 
     Self-join (``s=None``): each pair once, the first array holding the later set.
-    Identical sets are joined once and expanded (see :mod:`daskjoin.sets.groups`).
+    Identical sets are joined once and expanded (see :mod:`daskjoin.kernels.sets.groups`).
+    Every batch holds at most ``max_pairs`` pairs: a verified chunk (about ``chunk_candidates``
+    candidates) or an expansion with more is sliced.
     """
     options = options or {}
     runs_r = _Runs.of(r) if group_copies else None
@@ -213,13 +215,15 @@ def block_batches(r: Flat, s: Flat | None, threshold: Threshold, *, algorithm: s
     if not group_copies or not (runs_r.has_copies or runs_s.has_copies):
         for got in _verified(r, s, threshold, algorithm, backend, False, larger_partners, options):
             if len(got[0]):
-                yield got
+                yield from split_batch(got, max_pairs)
         return
     if s is None:
-        yield from groups.within(runs_r.starts, runs_r.reps.sizes, _qualifying_runs(runs_r, threshold), max_pairs)
+        for got in groups.within(runs_r.starts, runs_r.reps.sizes, _qualifying_runs(runs_r, threshold), max_pairs):
+            yield from split_batch(got, max_pairs)
     reps_s = None if s is None else runs_s.reps
     for gp, gc, ov in _verified(runs_r.reps, reps_s, threshold, algorithm, backend, False, larger_partners, options):
-        yield from groups.expand(gp, gc, ov, runs_r.starts, runs_s.starts, max_pairs)
+        for got in groups.expand(gp, gc, ov, runs_r.starts, runs_s.starts, max_pairs):
+            yield from split_batch(got, max_pairs)
 
 
 def block_count(r: Flat, s: Flat | None, threshold: Threshold, *, algorithm: str = "ppjoin", backend: str = "cpu",
@@ -251,3 +255,31 @@ def join_block(r: Flat, s: Flat | None, threshold: Threshold, *, algorithm: str 
         empty = np.zeros(0, np.int64)
         return empty, empty.copy(), np.zeros(0, np.int32)
     return tuple(np.concatenate(c) for c in zip(*parts))
+
+
+class SetBlockJoin:
+    """One block of a set join behind the kernel driver protocol (:mod:`daskjoin.kernels.registry`).
+
+    ``count()``, ``pairs(with_distance)`` and ``batches(max_pairs, with_distance)`` give
+    (r positions, s positions, overlaps): the "distance" of a set join is the overlap (int32),
+    None with ``with_distance=False``.  ``s=None``: a self-join of ``r``.
+    """
+
+    def __init__(self, r: Flat, s: Flat | None, threshold: Threshold, *, algorithm: str = "ppjoin",
+                 backend: str = "cpu", larger_partners: bool = False, options: dict | None = None,
+                 group_copies: bool = True):
+        self.r, self.s, self.threshold = r, s, threshold
+        self.kw = dict(algorithm=algorithm, backend=backend, larger_partners=larger_partners,
+                       options=dict(options or {}), group_copies=group_copies)
+
+    def count(self) -> int:
+        return int(block_count(self.r, self.s, self.threshold, **self.kw))
+
+    def pairs(self, with_distance: bool = True):
+        i, j, overlap = join_block(self.r, self.s, self.threshold, **self.kw)
+        return i, j, (overlap if with_distance else None)
+
+    def batches(self, max_pairs: int = DEFAULT_MAX_PAIRS, with_distance: bool = True):
+        for i, j, overlap in block_batches(self.r, self.s, self.threshold, max_pairs=max(1, int(max_pairs)),
+                                           **self.kw):
+            yield i, j, (overlap if with_distance else None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ..kernels.parallel_guard import serialised
+from ..parallel_guard import serialised
 from .measures import required_overlap
 
 

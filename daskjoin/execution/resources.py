@@ -1,0 +1,80 @@
+"""What a join may use of its cluster: the workers, whether they see GPUs, the backend, a task's memory budget.
+
+Shared by every join kind's planner (asked once per join, before any task runs).
+"""
+from __future__ import annotations
+
+from ..caches import CACHE
+from ..validation import InputError
+
+
+def worker_info(client) -> dict:
+    """Address -> scheduler info of each worker.
+
+    A client of a cluster object (LocalCluster, LocalCUDACluster, jobqueue) reads the worker
+    list that the cluster keeps current; others ask the scheduler (one round trip).
+    """
+    if client is None:
+        return {}
+    known = getattr(getattr(client, "cluster", None), "scheduler_info", None)
+    if isinstance(known, dict) and known.get("workers"):
+        return dict(known["workers"])
+    return client.scheduler_info().get("workers", {})
+
+
+def cluster_threads(client, workers: dict | None = None) -> int:
+    """Task threads of the cluster (1 without one)."""
+    workers = worker_info(client) if workers is None else workers
+    return sum(w.get("nthreads", 1) for w in workers.values()) or 1
+
+
+def cluster_id(client) -> str | None:
+    """The scheduler a plan is made for (part of the in-process plan cache key)."""
+    scheduler = getattr(client, "scheduler", None)
+    return getattr(scheduler, "address", None)
+
+
+def gpu_seen(client, workers: dict | None = None) -> dict:
+    """Worker address -> whether CuPy sees a CUDA device there; asked once per set of live workers."""
+    from ..kernels.gpu_common import gpu_available
+
+    if client is None:
+        return {"local": gpu_available()}
+    workers = worker_info(client) if workers is None else workers
+    # workers do not gain or lose GPUs while alive: asked once per (client, set of workers)
+    seen = CACHE.get("gpu-seen", (client.id, frozenset(workers)))
+    if seen is None:
+        seen = client.run(gpu_available)
+        # keyed by the workers that answered: a worker that came or went meanwhile means asking again next time
+        CACHE.put("gpu-seen", (client.id, frozenset(seen)), seen)
+    return seen
+
+
+def choose_backend(backend: str, client, workers: dict | None = None) -> tuple[str, bool]:
+    """The backend and whether tasks will run on GPUs ('auto' picks per task; 'gpu' needs a GPU worker)."""
+    if backend == "cpu":
+        return backend, False
+    seen = gpu_seen(client, workers)
+    if backend == "gpu":
+        if not any(seen.values()):
+            raise InputError(
+                "backend='gpu' is not available: no Dask worker sees a CUDA device through CuPy "
+                "(install the 'gpu' extra and start GPU workers, e.g. `dask cuda worker`); "
+                "use backend='cpu' or 'auto'"
+            )
+    return backend, bool(seen) and all(seen.values())
+
+
+def auto_budget(client, workers: dict | None = None) -> int:
+    """A quarter of the smallest worker memory per task thread, within [256 MiB, 16 GiB].
+
+    Workers without a memory limit count the client host's memory (a local cluster).
+    """
+    import psutil
+
+    per_thread = []
+    for info in (worker_info(client) if workers is None else workers).values():
+        limit = info.get("memory_limit") or psutil.virtual_memory().total
+        per_thread.append(limit / max(1, info.get("nthreads", 1)))
+    share = min(per_thread) if per_thread else psutil.virtual_memory().total
+    return int(min(16 << 30, max(256 << 20, share / 4)))

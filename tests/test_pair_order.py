@@ -1,0 +1,167 @@
+"""Part files depend only on the pair set: rows sorted by (i, j), fixed row groups, spilled runs merged.
+
+A task's batches come in an order and sizes of the kernel's own (backend, method, batch bound);
+whatever they are, the task writes the same rows in the same row groups, so a retried task on
+another kind of worker, a different batch size or a spilled sort gives identical bytes.
+"""
+from __future__ import annotations
+
+import dask
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import daskjoin as dj
+from daskjoin.execution.pair_order import pair_order, sorted_pieces
+from joinhelpers import write_zarr
+from oracle import oracle_self_count
+
+
+@st.composite
+def _batched_pairs(draw):
+    """Distinct (i, j) pairs (small or beyond 2**32 ids), a value column or none, cut into batches."""
+    wide = draw(st.booleans())
+    hi = (1 << 40) if wide else 60
+    keys = draw(st.lists(st.tuples(st.integers(0, hi), st.integers(0, hi)), unique=True, max_size=300))
+    with_value = draw(st.booleans())
+    cuts = sorted(draw(st.lists(st.integers(0, len(keys)), max_size=6)))
+    return keys, with_value, cuts
+
+
+@settings(max_examples=150, deadline=None)
+@given(_batched_pairs(), st.integers(1, 40), st.integers(1, 80))
+def test_sorted_pieces_are_the_sorted_pairs_in_fixed_pieces(data, rows, sort_rows):
+    keys, with_value, cuts = data
+    i = np.array([k[0] for k in keys], np.int64)
+    j = np.array([k[1] for k in keys], np.int64)
+    v = (i * 3 + j).astype(np.float64) if with_value else None
+    bounds = [0, *cuts, len(i)]
+    batches = [(i[a:b], j[a:b], None if v is None else v[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    out = list(sorted_pieces(iter(batches), rows, sort_rows))
+    assert [len(p[0]) for p in out[:-1]] == [rows] * (len(out) - 1)
+    assert not out or 0 < len(out[-1][0]) <= rows
+    order = np.lexsort((j, i))
+    got_i = np.concatenate([p[0] for p in out]) if out else np.zeros(0, np.int64)
+    got_j = np.concatenate([p[1] for p in out]) if out else np.zeros(0, np.int64)
+    assert np.array_equal(got_i, i[order]) and np.array_equal(got_j, j[order])
+    if with_value and out:
+        assert np.array_equal(np.concatenate([p[2] for p in out]), v[order])
+
+
+def test_pair_order_negative_and_wide_ids_fall_back_to_lexsort():
+    i = np.array([5, -1, 5, 1 << 35], np.int64)
+    j = np.array([2, 7, 1, 0], np.int64)
+    assert pair_order(i, j).tolist() == [1, 2, 0, 3]
+
+
+def test_spilled_runs_are_removed(tmp_path):
+    rng = np.random.default_rng(0)
+    keys = rng.choice(10**6, 5000, replace=False)
+    i, j = keys // 1000, keys % 1000
+    batches = [(i[k:k + 700], j[k:k + 700], None) for k in range(0, 5000, 700)]
+    out = list(sorted_pieces(iter(batches), 512, 1000, spill_dir=str(tmp_path)))
+    assert sum(len(p[0]) for p in out) == 5000
+    assert list(tmp_path.iterdir()) == []
+
+
+def _parts(path):
+    return {p.name: p.read_bytes() for p in sorted(path.glob("part-*.parquet"))}
+
+
+@pytest.fixture(scope="module")
+def threaded_client():
+    from distributed import Client
+
+    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as c:
+        yield c
+
+
+@pytest.mark.parametrize("method", ["grid", "brute"])
+def test_same_bytes_whatever_the_batching_and_spilling(tmp_path, threaded_client, method):
+    """Batch bounds and in-memory sort sizes change how a task works, never what it writes."""
+    x = np.random.default_rng(3).random((3000, 3))
+    path = write_zarr(tmp_path / "x.zarr", x, chunk_rows=500)
+    eps = 0.08
+    outputs = []
+    for k, (group_bytes, sort_bytes) in enumerate([("128MiB", "1GiB"), (20 * 997, 20 * 4000), (20 * 64, 20 * 300)]):
+        with dask.config.set({"daskjoin.row-group-bytes": group_bytes, "daskjoin.sort-bytes": sort_bytes}):
+            out = tmp_path / f"out{k}.parquet"
+            res = dj.similarity_join(path, eps=eps, method=method, backend="cpu", memory_budget="64MB",
+                                     partitioning="chunk_pairs", client=threaded_client, out=out)
+        assert res.pairs == oracle_self_count(x, eps)
+        outputs.append(out)
+    # row groups differ in size between settings; rows and their order do not
+    tables = [pq.read_table(o / name) for o in outputs for name in _parts(o)]
+    assert all(t.num_rows >= 0 for t in tables)
+    first = [pq.read_table(outputs[0] / name).to_pandas() for name in _parts(outputs[0])]
+    for other in outputs[1:]:
+        frames = [pq.read_table(other / name).to_pandas() for name in _parts(other)]
+        assert all(a.equals(b) for a, b in zip(first, frames))
+    # with the same row-group size, the same bytes
+    with dask.config.set({"daskjoin.sort-bytes": 20 * 300}):
+        again = tmp_path / "again.parquet"
+        dj.similarity_join(path, eps=eps, method=method, backend="cpu", memory_budget="64MB",
+                           partitioning="chunk_pairs", client=threaded_client, out=again)
+    assert _parts(again) == _parts(outputs[0])
+
+
+def test_rows_sorted_in_every_part_and_frame(tmp_path, threaded_client):
+    x = np.random.default_rng(4).random((2000, 2))
+    path = write_zarr(tmp_path / "x.zarr", x, chunk_rows=300)
+    frame = dj.similarity_join(path, eps=0.05, memory_budget="64MB", partitioning="chunk_pairs",
+                               client=threaded_client)
+    for part in frame.to_delayed():
+        df = part.compute()
+        assert df.equals(df.sort_values(["i", "j"]).reset_index(drop=True))
+    sets = [[1, 2, 3], [1, 2, 3, 4], [2, 3, 4], [9], [1, 2, 3]]
+    frame = dj.set_similarity_join(sets, threshold=0.5, client=threaded_client, partitions=2)
+    assert frame.npartitions > 1
+    for part in frame.to_delayed():
+        df = part.compute()
+        assert df.equals(df.sort_values(["i", "j"]).reset_index(drop=True))
+
+
+def test_threaded_scheduler_without_client_is_exact(tmp_path):
+    """The no-client path: a lazy frame computed by the threaded scheduler runs Numba kernels safely."""
+    x = np.random.default_rng(5).random((4000, 2))
+    path = write_zarr(tmp_path / "x.zarr", x, chunk_rows=400)
+    from distributed import Client
+
+    with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as c:
+        frame = dj.similarity_join(path, eps=0.03, memory_budget="64MB", partitioning="chunk_pairs", client=c)
+    got = frame.compute(scheduler="threads", num_workers=4)
+    assert len(got) == oracle_self_count(x, 0.03)
+    assert not got.duplicated(["i", "j"]).any()
+
+
+def test_one_and_three_workers_write_the_same_bytes(tmp_path):
+    """The same joins (ε and set) on clusters of 1 and 3 worker processes: identical part files;
+    with another memory budget (another plan), the same sorted pair set."""
+    from distributed import Client, LocalCluster
+
+    rng = np.random.default_rng(9)
+    x = rng.random((4000, 2))
+    path = write_zarr(tmp_path / "x.zarr", x, chunk_rows=500)
+    sets = [list(rng.choice(40, size=int(rng.integers(1, 10)), replace=False)) for _ in range(2000)]
+    files, frames = {}, {}
+    for workers in (1, 3):
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                          memory_limit=0) as cluster, Client(cluster) as c:
+            for name, run in {
+                "eps": lambda out: dj.similarity_join(path, eps=0.03, memory_budget="1MB", partitioning="chunk_pairs",
+                                                      client=c, out=out),
+                "sets": lambda out: dj.set_similarity_join(sets, threshold=0.5, partitions=3, client=c, out=out),
+            }.items():
+                out = tmp_path / f"{name}-{workers}.parquet"
+                run(out)
+                files[name, workers] = _parts(out)
+            frames[workers] = dj.similarity_join(path, eps=0.03, memory_budget="300KB", partitioning="chunk_pairs",
+                                                 client=c).compute()
+    for name in ("eps", "sets"):
+        assert len(files[name, 1]) > 1 and files[name, 1] == files[name, 3]
+    one_plan = pq.read_table(tmp_path / "eps-1.parquet").to_pandas().sort_values(["i", "j"]).reset_index(drop=True)
+    for workers in (1, 3):
+        other = frames[workers].sort_values(["i", "j"]).reset_index(drop=True)
+        assert other.equals(one_plan)
