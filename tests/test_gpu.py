@@ -208,7 +208,7 @@ def test_cpu_and_gpu_tasks_of_one_plan_write_identical_bytes(tmp_path, method):
         for backend in ("cpu", "gpu"):
             out = tmp_path / f"{backend}.parquet"
             dj.similarity_join(path, eps=0.04, method=method, partitioning="chunk_pairs", backend=backend,
-                               memory_budget="2MB", client=client, out=str(out))
+                               memory_budget="300kB", client=client, out=str(out))
             outs[backend] = {p.name: p.read_bytes() for p in sorted(out.glob("part-*.parquet"))}
         sets = [list(rng.choice(60, size=int(rng.integers(1, 12)), replace=False)) for _ in range(3000)]
         for backend in ("cpu", "gpu"):

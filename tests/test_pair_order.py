@@ -50,10 +50,32 @@ def test_sorted_pieces_are_the_sorted_pairs_in_fixed_pieces(data, rows, sort_row
         assert np.array_equal(np.concatenate([p[2] for p in out]), v[order])
 
 
-def test_pair_order_negative_and_wide_ids_fall_back_to_lexsort():
+def test_pair_order_negative_and_wide_ids():
     i = np.array([5, -1, 5, 1 << 35], np.int64)
     j = np.array([2, 7, 1, 0], np.int64)
     assert pair_order(i, j).tolist() == [1, 2, 0, 3]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(-5, 10**6), st.integers(0, 10**12)), unique=True, max_size=400),
+       st.booleans(), st.sampled_from([np.float32, np.float64]))
+def test_sort_pairs_matches_lexsort(keys, with_value, dtype):
+    """The counting sort (narrow i), its runs (many j per i, long and short) and the wide-span fallback."""
+    from daskjoin.kernels.pair_sort import is_sorted, sort_pairs
+
+    i = np.array([k[0] for k in keys], np.int64)
+    j = np.array([k[1] for k in keys], np.int64)
+    if len(i) > 3:  # long runs of one i as well
+        i[: len(i) // 2] = i[0]
+        keep = np.unique(np.stack([i, j], 1), axis=0, return_index=True)[1]
+        i, j = i[np.sort(keep)], j[np.sort(keep)]
+    v = np.arange(len(i), dtype=dtype) if with_value else None
+    oi, oj, ov = sort_pairs(i, j, v)
+    order = np.lexsort((j, i))
+    assert np.array_equal(oi, i[order]) and np.array_equal(oj, j[order])
+    assert is_sorted(oi, oj)
+    if with_value:
+        assert np.array_equal(ov, v[order]) and ov.dtype == dtype
 
 
 def test_spilled_runs_are_removed(tmp_path):

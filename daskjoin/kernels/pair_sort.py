@@ -1,0 +1,114 @@
+"""Sorting a partition's pairs by ``(i, j)`` in linear time (Numba): a counting sort on ``i``, then each ``i``'s few ``j``.
+
+Why not ``np.lexsort``: pairs of one partition have ``i`` in a narrow range (a block or slab of
+rows) and a few dozen ``j`` per ``i``, so a counting sort on ``i`` (one histogram, one stable
+scatter of the three columns) and an insertion sort of each ``i``'s run beat a comparison sort
+by 10-30x, and the columns are written once instead of gathered through a permutation.
+Where ``i`` spans far more values than there are pairs the counting array would not pay;
+``sort_pairs`` then falls back to numpy.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+from .parallel_guard import serialised
+
+#: counting sort when the span of i is at most this many times the number of pairs (plus a constant)
+SPAN_PER_PAIR = 4
+_SPAN_SLACK = 1 << 20
+_INSERTION_MAX = 48
+
+
+@njit(cache=True, parallel=True)
+def _scatter(i, j, v, lo, span, has_value, oi, oj, ov, starts, nchunks):
+    """Stable counting sort of the three columns on ``i``: per-chunk histograms, one scan, chunks scattered in parallel."""
+    n = i.shape[0]
+    step = (n + nchunks - 1) // nchunks
+    counts = np.zeros((nchunks, span), np.int64)
+    for c in prange(nchunks):
+        for k in range(c * step, min(n, (c + 1) * step)):
+            counts[c, i[k] - lo] += 1
+    total = 0
+    for s in range(span):  # exclusive scan in (value, chunk) order keeps the scatter stable
+        starts[s] = total
+        for c in range(nchunks):
+            here = counts[c, s]
+            counts[c, s] = total
+            total += here
+    starts[span] = total
+    for c in prange(nchunks):
+        for k in range(c * step, min(n, (c + 1) * step)):
+            s = i[k] - lo
+            at = counts[c, s]
+            counts[c, s] = at + 1
+            oi[at] = i[k]
+            oj[at] = j[k]
+            if has_value:
+                ov[at] = v[k]
+
+
+@njit(cache=True, parallel=True)
+def _sort_runs(oj, ov, starts, has_value):
+    """Sort each run of equal ``i`` by ``j`` (insertion sort for short runs, argsort for long ones)."""
+    span = starts.shape[0] - 1
+    for s in prange(span):
+        a, b = starts[s], starts[s + 1]
+        if b - a < 2:
+            continue
+        if b - a <= _INSERTION_MAX:
+            for k in range(a + 1, b):
+                key = oj[k]
+                val = ov[k] if has_value else ov[0]
+                m = k - 1
+                while m >= a and oj[m] > key:
+                    oj[m + 1] = oj[m]
+                    if has_value:
+                        ov[m + 1] = ov[m]
+                    m -= 1
+                oj[m + 1] = key
+                if has_value:
+                    ov[m + 1] = val
+        else:
+            order = np.argsort(oj[a:b])
+            js = oj[a:b][order]
+            oj[a:b] = js
+            if has_value:
+                vs = ov[a:b][order]
+                ov[a:b] = vs
+
+
+def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None):
+    """``(i, j, value)`` sorted by ``(i, j)`` (new arrays; pairs are distinct, so the order is total)."""
+    n = len(i)
+    if n < 2:
+        return i, j, value
+    i = np.ascontiguousarray(i, np.int64)
+    j = np.ascontiguousarray(j, np.int64)
+    lo, hi = int(i.min()), int(i.max())
+    span = hi - lo + 1
+    if span > SPAN_PER_PAIR * n + _SPAN_SLACK:
+        key = (i.astype(np.uint64) << np.uint64(32)) | j.astype(np.uint64) \
+            if lo >= 0 and hi < (1 << 32) and int(j.min()) >= 0 and int(j.max()) < (1 << 32) else None
+        order = np.argsort(key, kind="stable") if key is not None else np.lexsort((j, i))
+        return i[order], j[order], (None if value is None else value[order])
+    has_value = value is not None
+    v = np.ascontiguousarray(value) if has_value else np.zeros(1, np.float32)
+    oi, oj = np.empty(n, np.int64), np.empty(n, np.int64)
+    ov = np.empty(n, v.dtype) if has_value else v
+    starts = np.empty(span + 1, np.int64)
+    # one chunk per thread, fewer where the per-chunk histograms would outweigh the pairs
+    nchunks = max(1, min(numba.get_num_threads(), n // max(1, 2 * span)))
+    with serialised():
+        _scatter(i, j, v, lo, span, has_value, oi, oj, ov, starts, nchunks)
+        _sort_runs(oj, ov, starts, has_value)
+    return oi, oj, (ov if has_value else None)
+
+
+def is_sorted(i: np.ndarray, j: np.ndarray) -> bool:
+    """Whether pairs are strictly increasing by ``(i, j)`` (a vectorised check, no sort)."""
+    if len(i) < 2:
+        return True
+    di = np.diff(i)
+    return bool(((di > 0) | ((di == 0) & (np.diff(j) > 0))).all())
