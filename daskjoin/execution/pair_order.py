@@ -43,6 +43,16 @@ def _concat(batches):
     return i, j, value
 
 
+def _spill_dir() -> str | None:
+    """Dask's temporary directory where one is configured (workers' scratch space), else the system's."""
+    try:
+        import dask.config
+
+        return dask.config.get("temporary-directory", None)
+    except ImportError:
+        return None
+
+
 def _pieces(i, j, value, rows: int):
     for at in range(0, len(i), rows):
         yield i[at: at + rows], j[at: at + rows], (None if value is None else value[at: at + rows])
@@ -90,8 +100,8 @@ class _Run:
     def take_through(self, last_i: int):
         """The run's next rows with ``i <= last_i``."""
         stop = self.at + int(np.searchsorted(self.i[self.at:], last_i, side="right"))
-        got = (np.asarray(self.i[self.at:stop]), np.asarray(self.j[self.at:stop]),
-               None if self.v is None else np.asarray(self.v[self.at:stop]))
+        got = (np.array(self.i[self.at:stop]), np.array(self.j[self.at:stop]),
+               None if self.v is None else np.array(self.v[self.at:stop]))
         self.at = stop
         return got
 
@@ -119,20 +129,26 @@ def sorted_pieces(batches, rows: int, sort_rows: int, spill_dir: str | None = No
     rows = max(1, int(rows))
     sort_rows = max(rows, int(sort_rows))
     held, count, runs, folder = [], 0, [], None
+    # batches that arrive sorted and in sequence (a kernel that sorted on the device) need no sort; a
+    # later batch may still break the sequence, so nothing is passed on before the last batch came
+    in_order, last = True, None
     try:
         for batch in batches:
             if len(batch[0]) == 0:
                 continue
+            if in_order:
+                in_order = (last is None or (int(batch[0][0]), int(batch[1][0])) > last) and is_sorted(batch[0], batch[1])
+                last = (int(batch[0][-1]), int(batch[1][-1]))
             held.append(batch)
             count += len(batch[0])
             if count > sort_rows:
                 if folder is None:
-                    folder = tempfile.mkdtemp(prefix="daskjoin-sort-", dir=spill_dir)
+                    folder = tempfile.mkdtemp(prefix="daskjoin-sort-", dir=spill_dir or _spill_dir())
                 runs.append(_Run(folder, len(runs), *_sort(*_concat(held))))
                 held, count = [], 0
         if not runs:
             if held:
-                yield from _pieces(*_sort(*_concat(held)), rows)
+                yield from _pieces(*(_concat(held) if in_order else _sort(*_concat(held))), rows)
             return
         if held:
             runs.append(_Run(folder, len(runs), *_sort(*_concat(held))))
@@ -142,5 +158,7 @@ def sorted_pieces(batches, rows: int, sort_rows: int, spill_dir: str | None = No
             yield from chunker.push(*merged)
         yield from chunker.finish()
     finally:
+        for run in runs:  # memory maps closed before their files are removed (Windows refuses otherwise)
+            run.i = run.j = run.v = None
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)

@@ -17,6 +17,7 @@ memory given back, the failed partition named).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -130,4 +131,6 @@ def partition_to_parquet(part, job, out_dir: str) -> dict:
     """Write one partition's pairs to ``out_dir/part-NNNNN.parquet`` atomically; return its manifest entry."""
     from ..io.parquet_out import write_partition
 
-    return write_partition(out_dir, part.index, _sorted_pieces(job, part), value=job.value)
+    # closed on failure too: a spilled sort's runs are removed at once, not when the traceback is collected
+    with contextlib.closing(_sorted_pieces(job, part)) as pieces:
+        return write_partition(out_dir, part.index, pieces, value=job.value)

@@ -67,7 +67,7 @@ def write_partition(out_dir: str, index: int, batches, with_distance: bool = Tru
                 if value is not None:
                     cols.append(pa.array(np.asarray(dist, value[1])))
                 if len(i):
-                    writer.write_table(pa.Table.from_arrays(cols, schema=sch))
+                    writer.write_table(pa.Table.from_arrays(cols, schema=sch), row_group_size=len(i))
                 rows += len(i)
         size = os.path.getsize(tmp)
     return {"file": part_name(index), "rows": int(rows), "bytes": int(size)}

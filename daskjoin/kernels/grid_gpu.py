@@ -25,6 +25,8 @@ from .registry import split_batch
 BLOCK = 256
 MAX_INDEXED = 6
 OUTPUT_BYTES_PER_PAIR = 20
+#: device bytes per pair a sort on the device adds (key and order, 8 each; the gathered copies reuse freed ones)
+SORT_BYTES_PER_PAIR = 36
 #: Fill passes with more pairs than twice this run in slices whose copies to the host overlap the
 #: next slice's fill (a slice of 1M pairs is 20 MB, enough for the copy to run at full PCIe speed).
 OVERLAP_SLICE_PAIRS = 1 << 20
@@ -248,6 +250,16 @@ class GpuGridJoin:
         return tuple(None if parts[0][t] is None else np.concatenate([p[t] for p in parts]) for t in range(3))
 
     def batches(self, max_pairs: int, with_distance: bool = True):
+        """Batches of at most ``max_pairs`` pairs; sorted by (i, j) on the device where all pairs fit it.
+
+        The task sorts every partition by (i, j); a radix sort here costs milliseconds where
+        the host's costs seconds, and the task then only checks the order.  Device memory is
+        bounded by the device budget; host batches by ``max_pairs``.
+        """
+        total = self.count()
+        if 0 < total <= max(1, device_budget_bytes(0.4) // (OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR)):
+            yield from self._sorted_batches(total, max_pairs, with_distance)
+            return
         cp = cupy()
         counts = self.counts()
         cum = cp.cumsum(counts, dtype=cp.int64).get() if self.nitems else np.zeros(0, np.int64)
@@ -260,3 +272,17 @@ class GpuGridJoin:
             yield from split_batch(self._fill(lo, hi, with_distance), max_pairs)
             done = int(cum[hi - 1])
             lo = hi
+
+    def _sorted_batches(self, total: int, max_pairs: int, with_distance: bool):
+        cp = cupy()
+        i, j, d = self._fill(0, self.nitems, with_distance, device=True)
+        # local row numbers of one partition stay below 2**32: one packed key, one radix sort
+        key = (i.astype(cp.uint64) << cp.uint64(32)) | j.astype(cp.uint64)
+        order = cp.argsort(key)
+        del key
+        i, j = i[order], j[order]
+        d = None if d is None else d[order]
+        del order
+        step = max(1, int(max_pairs))
+        for at in range(0, total, step):
+            yield to_host(i[at:at + step], j[at:at + step], None if d is None else d[at:at + step])
