@@ -13,6 +13,7 @@ from .io.parquet_out import OutputRun, check_replaceable
 from .io.zarr_in import ZarrSource, open_points
 from .kinds.epsilon import JoinJob
 from .options import BACKENDS, GPU_OPTIONS as _GPU_OPTIONS, OUTPUTS, check_gpu_options, check_options, resolve
+from .planning.cost import choose_method
 from .planning.plan import Plan
 from .planning.planner import make_plan
 from .planning.cache import cache_locations
@@ -100,10 +101,13 @@ def _plan(checked, *, method, partitioning, backend, client, gpu_options=None) -
     if budget == "auto":
         budget = auto_budget(client, workers)
     resolved_backend, on_gpu = choose_backend(backend, client, workers)
+    options = ()
+    if gpu_options:  # the method follows from d and the backend alone: its options checked before any data pass
+        chosen, _ = choose_method(method, src_a.d, gpu=on_gpu)
+        options = tuple(sorted(check_gpu_options("epsilon", chosen, gpu_options).items()))
     plan = make_plan(src_a, src_b, eps, method=method, partitioning=partitioning, backend=resolved_backend,
                      memory_budget=budget, runner=ClusterRunner(client), gpu=on_gpu, cluster=cluster_id(client))
-    if gpu_options:
-        options = tuple(sorted(check_gpu_options("epsilon", plan.method, gpu_options).items()))
+    if options:
         key = (id(plan), options)
         hit = CACHE.get("plan-options", key)
         if hit is None or hit[0] is not plan:  # the same cached plan gets the same derived plan (and graph)

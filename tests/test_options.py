@@ -207,3 +207,21 @@ def test_cli_refuses_with_the_flag_spelling(cli_runs, key):
         lines[cmd] = err[0]
     assert lines["join"] == lines["setjoin"]  # one validator: the same line for the same mistake
     assert not (work / "OUT").exists()
+
+
+def test_gpu_options_of_the_chosen_method_refused_before_any_data_pass(tmp_path, monkeypatch):
+    """method='auto' picks grid at d=2 from the dimensionality alone: a brute-only option is refused
+    before the statistics pass reads anything."""
+    import numpy as np
+    from distributed import Client
+
+    from daskjoin.planning import planner
+
+    def no_pass(*args, **kwargs):
+        raise AssertionError("a data pass ran before gpu_options were checked")
+
+    monkeypatch.setattr(planner, "block_stats", no_pass)
+    x = np.random.default_rng(0).random((100, 2))
+    with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as c:
+        with pytest.raises(dj.InputError, match=r"\['tile'\] are not options of method 'grid'"):
+            dj.similarity_join(x, eps=0.1, gpu_options={"tile": 128}, backend="cpu", client=c)

@@ -120,6 +120,18 @@ def _merge(runs: list[_Run], block: int):
         yield _sort(*_concat([g for g in got if len(g[0])]))
 
 
+def sorted_whole(batches):
+    """All pairs of ``batches`` as one sorted ``(i, j, value)``, or None when there are none (for sinks that
+    hold the partition whole anyway: one concatenation, one sort, no spilling, no pieces)."""
+    held = [b for b in batches if len(b[0])]
+    if not held:
+        return None
+    in_order = all(is_sorted(b[0], b[1]) for b in held) and all(
+        (int(a[0][-1]), int(a[1][-1])) < (int(b[0][0]), int(b[1][0])) for a, b in zip(held, held[1:]))
+    whole = _concat(held)
+    return whole if in_order else sort_pairs(*whole)
+
+
 def sorted_pieces(batches, rows: int, sort_rows: int, spill_dir: str | None = None):
     """The pairs of ``batches`` sorted by ``(i, j)``, as pieces of exactly ``rows`` rows (the last shorter).
 

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .. import config
-from .pair_order import sorted_pieces
+from .pair_order import sorted_pieces, sorted_whole
 
 PAIR_ROW_BYTES = 20
 
@@ -112,12 +112,11 @@ def _task_body(func):
 def partition_frame(part, job) -> pd.DataFrame:
     """The pairs of one partition as a DataFrame (the body of each ``dd.from_map`` task)."""
     name = None if job.value is None else job.value[0]
-    pieces = list(_sorted_pieces(job, part))
-    if not pieces:
+    # a frame holds its partition whole anyway: the batches joined once and sorted once (no pieces)
+    whole = sorted_whole(job.batches(part, max_batch_pairs()))
+    if whole is None:
         return meta_frame(job.value)
-    i, j = (np.concatenate([p[k] for p in pieces]) for k in (0, 1))
-    value = None if pieces[0][2] is None else np.concatenate([p[2] for p in pieces])
-    return to_frame(i, j, value, name=name)
+    return to_frame(*whole, name=name)
 
 
 @_task_body
