@@ -191,3 +191,26 @@ def test_one_and_three_workers_write_the_same_bytes(tmp_path):
     for workers in (1, 3):
         other = frames[workers].sort_values(["i", "j"]).reset_index(drop=True)
         assert other.equals(one_plan)
+
+
+def test_in_memory_sort_bounded_by_the_plan_budget():
+    """A task sorts in memory no more than its plan's budget allows (never less than one row group)."""
+    import types
+
+    from daskjoin.execution import task
+
+    with dask.config.set({"daskjoin.sort-bytes": "1GiB", "daskjoin.row-group-bytes": 20 * 1000}):
+        assert task.sort_rows(None) == (1 << 30) // 20
+        assert task.sort_rows(types.SimpleNamespace(memory_budget=60 * 50_000)) == 50_000
+        assert task.sort_rows(types.SimpleNamespace(memory_budget=60)) == 1000
+        assert task.sort_rows(types.SimpleNamespace(memory_budget=0)) == (1 << 30) // 20
+    x = np.random.default_rng(0).random((50, 2))
+    job = dj.plan_join(x, eps=0.3, memory_budget="64MB", backend="cpu")
+    from daskjoin.kinds.epsilon import JoinJob
+
+    assert JoinJob.from_plan(job).memory_budget == 64 * 10**6
+    plan = dj.plan_set_join([[1, 2], [1, 2, 3]], threshold=0.5, memory_budget="32MB", backend="cpu")
+    from daskjoin.io.set_inputs import SetSource
+    from daskjoin.kinds.sets import SetJob
+
+    assert SetJob.from_plan(plan, SetSource(), None).memory_budget == 32 * 10**6

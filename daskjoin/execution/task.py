@@ -51,14 +51,23 @@ def max_batch_pairs() -> int:
     return max(1, config.parse_bytes(config.get("row-group-bytes")) // PAIR_ROW_BYTES)
 
 
-def sort_rows() -> int:
-    """Pairs a task sorts in memory (``daskjoin.sort-bytes``); a larger partition is sorted in spilled runs."""
-    return max(1, config.parse_bytes(config.get("sort-bytes")) // PAIR_ROW_BYTES)
+#: bytes per pair a task's sort holds: the pairs, their sorted copy and the counting arrays (see pair_sort)
+SORT_BYTES_PER_PAIR = 3 * PAIR_ROW_BYTES
+
+
+def sort_rows(job=None) -> int:
+    """Pairs a task sorts in memory: ``daskjoin.sort-bytes``, and no more than the plan's memory budget
+    allows (at least one row group); a larger partition is sorted in spilled runs."""
+    rows = max(1, config.parse_bytes(config.get("sort-bytes")) // PAIR_ROW_BYTES)
+    budget = int(getattr(job, "memory_budget", 0) or 0)
+    if budget > 0:
+        rows = min(rows, max(max_batch_pairs(), budget // SORT_BYTES_PER_PAIR))
+    return rows
 
 
 def _sorted_pieces(job, part):
     """The partition's pairs sorted by (i, j), in pieces of one row group: the same bytes wherever the task runs."""
-    return sorted_pieces(job.batches(part, max_batch_pairs()), max_batch_pairs(), sort_rows())
+    return sorted_pieces(job.batches(part, max_batch_pairs()), max_batch_pairs(), sort_rows(job))
 
 
 def _set_threads() -> None:

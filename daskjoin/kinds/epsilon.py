@@ -30,11 +30,12 @@ class JoinJob:
     with_distance: bool
     gpu_options: tuple = ()
     inputs_token: str = ""  # fingerprint of Zarr inputs: changed data, new task keys
+    memory_budget: int = 0  # the plan's budget per task (bounds the task's in-memory sort); 0: not set
 
     @classmethod
     def from_plan(cls, plan: Plan, with_distance: bool = True) -> "JoinJob":
         return cls(plan.reader_a, plan.reader_b, plan.selfjoin, plan.eps, plan.method, plan.backend, with_distance,
-                   plan.gpu_options, plan.inputs_token)
+                   plan.gpu_options, plan.inputs_token, int(plan.memory_budget))
 
     def in_memory_bytes(self) -> int:
         """Bytes of array data the job carries (in-memory inputs, sorted-copy ids and key index)."""

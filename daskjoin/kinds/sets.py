@@ -28,6 +28,7 @@ class SetTaskPlan:
     selfjoin: bool
     gpu_options: tuple = ()
     group_copies: bool = True
+    memory_budget: int = 0  # the plan's budget per task (bounds the task's in-memory sort)
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,9 +43,13 @@ class SetJob:
     def from_plan(cls, plan: SetPlan, source_a: SetSource, source_b: SetSource | None) -> "SetJob":
         """The job of ``plan``: it carries what tasks need of the plan, not its (many) blocks."""
         return cls(SetTaskPlan(plan.threshold, plan.algorithm, plan.backend, plan.selfjoin, plan.gpu_options,
-                               plan.group_copies), source_a, source_b)
+                               plan.group_copies, plan.budget), source_a, source_b)
 
     value = ("sim", "float64")
+
+    @property
+    def memory_budget(self) -> int:
+        return self.plan.memory_budget
     label = "daskjoin-setpairs"
 
     def in_memory_bytes(self) -> int:
