@@ -465,8 +465,20 @@ def test_file_lock_without_flock_falls_back_to_exclusive_creation(tmp_path, monk
         pass
     with open(path, "w") as f:
         json.dump({"pid": os.getpid(), "host": "another-host"}, f)  # cannot tell: busy
-    with pytest.raises(commit.LockBusy):
+    with pytest.raises(commit.LockBusy) as info:
         commit.FileLock(path, blocking=False).acquire()
+    assert info.value.undecidable
+    # an output whose lock a run on another host left: refused, saying which file to remove if that run is gone
+    out = tmp_path / "pairs.parquet"
+    lock = commit.lock_path(str(out))
+    with open(lock, "w") as f:
+        json.dump({"run": "abc", "pid": 1, "host": "another-host", "started": "2026-11-24 01:00:00"}, f)
+    with pytest.raises(OutputBusy, match=r"no flock.*remove '.*\.pairs\.parquet\.lock'"):
+        with OutputRun(str(out), overwrite=False):
+            pass
+    os.remove(lock)
+    with OutputRun(str(out), overwrite=False):  # once removed, the path is free again
+        pass
 
 
 def test_import_never_deletes_its_source(tmp_path):

@@ -178,9 +178,12 @@ def replace_dir(tmp: str, final: str, *, replace: bool) -> None:
 class LockBusy(OSError):
     """Another writer holds the lock; ``holder`` is the note it left (who, since when)."""
 
-    def __init__(self, path: str, holder: str):
+    def __init__(self, path: str, holder: str, undecidable: bool = False):
         super().__init__(errno.EAGAIN, "locked by another writer", path)
         self.holder = holder
+        #: the lock is a file's existence (no flock here) and its holder is on another host: whether that
+        #: process still runs cannot be told from here, so a lock its death left behind stays until removed
+        self.undecidable = undecidable
 
 
 class FileLock:
@@ -249,7 +252,7 @@ class FileLock:
                         os.remove(aside)
                     continue
                 if not self.blocking:
-                    raise LockBusy(self.path, holder) from None
+                    raise LockBusy(self.path, holder, undecidable=_other_host(holder)) from None
                 time.sleep(0.2)
                 continue
             os.write(fd, self._note().encode())
@@ -309,6 +312,14 @@ def _read_file(path: str) -> str:
             return f.read(512).decode(errors="replace").strip()
     except OSError:
         return ""
+
+
+def _other_host(holder: str) -> bool:
+    """A lock note naming a process of another host (or none we can read)."""
+    try:
+        return json.loads(holder)["host"] != socket.gethostname()
+    except (ValueError, KeyError, TypeError):
+        return True
 
 
 def _stale(holder: str) -> bool:

@@ -125,9 +125,12 @@ class OutputRun:
         try:
             self._lock.acquire()
         except commit.LockBusy as exc:
+            hint = "wait for it to finish or choose another path"
+            if exc.undecidable:  # no flock on this file system: a dead run elsewhere cannot be detected from here
+                hint += (f"; this file system has no flock, so a run that died on another host leaves its lock "
+                         f"behind: if that run is gone, remove {exc.filename!r}")
             raise OutputBusy(
-                f"output path {self.path!r} is being written by another daskjoin run ({_holder(exc)}); "
-                "wait for it to finish or choose another path"
+                f"output path {self.path!r} is being written by another daskjoin run ({_holder(exc)}); {hint}"
             ) from None
         try:
             if os.path.lexists(self.path):  # looked at again now that no one else can commit
