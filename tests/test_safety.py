@@ -509,3 +509,34 @@ def test_local_workers_ignore_ctrl_c_even_after_a_restart():
         assert all(c.run(ignored).values())
         c.restart()
         assert all(c.run(ignored).values())
+
+
+def test_store_writers_own_their_path_and_clear_killed_writers_temporaries(tmp_path):
+    """A Zarr point store or set store being written refuses a second writer of the same path at once,
+    and a temporary a killed writer left beside the path is removed by the next writer."""
+    from daskjoin.io.sets_in import prepare_sets, write_sets
+    from daskjoin.io.zarr_out import ZarrPointsWriter
+
+    out = tmp_path / "p.zarr"
+    killed = commit.temp_path(str(out))
+    os.mkdir(killed)  # what a writer killed mid-write leaves
+    (tmp_path / "unrelated.txt").write_text("kept")
+    with ZarrPointsWriter(out, d=2) as w:
+        w.append(np.ones((5, 2)))
+        with pytest.raises(dj.InputError, match="being written by another writer"):
+            with ZarrPointsWriter(out, d=2, overwrite=True) as other:
+                other.append(np.zeros((1, 2)))
+    assert not os.path.exists(killed)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.zarr", "unrelated.txt"]
+    import zarr
+
+    assert zarr.open_array(str(out), mode="r").shape == (5, 2)
+
+    store = tmp_path / "s.zarr"
+    os.mkdir(commit.temp_path(str(store)))
+    lock = commit.FileLock(commit.lock_path(str(store)), blocking=False)
+    with lock:
+        with pytest.raises(dj.InputError, match="being written by another writer"):
+            write_sets(prepare_sets([[1, 2], [2, 3]]), str(store))
+    write_sets(prepare_sets([[1, 2], [2, 3]]), str(store))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.zarr", "s.zarr", "unrelated.txt"]

@@ -84,6 +84,37 @@ def remove_temps(final: str) -> list[str]:
 
 
 @contextlib.contextmanager
+def sole_writer(final: str):
+    """Hold ``final``'s lock while a store is written under a temporary name and published.
+
+    A second writer of the same path fails at once (:class:`LockBusy`) instead of racing to the
+    rename; temporaries that killed writers left (they never got to remove them) are removed
+    first, which only the lock's holder may do.
+    """
+    lock = FileLock(lock_path(final), blocking=False)
+    lock.acquire()
+    try:
+        remove_temps(final)
+        yield
+    finally:
+        lock.release()
+
+
+def busy_message(path: str, exc: LockBusy) -> str:
+    """The refusal of a second writer of ``path``: who holds it, and what to do."""
+    try:
+        info = json.loads(exc.holder) if exc.holder else {}
+    except ValueError:
+        info = {}
+    who = f"pid {info.get('pid')} on {info.get('host')}" if info else "its lock file is held"
+    hint = "wait for it to finish or choose another path"
+    if exc.undecidable:
+        hint += (f"; this file system has no flock, so a writer that died on another host leaves its lock "
+                 f"behind: if that writer is gone, remove {exc.filename!r}")
+    return f"output path {path!r} is being written by another writer ({who}); {hint}"
+
+
+@contextlib.contextmanager
 def atomic_file(final: str):
     """Yield a temporary path to write; on success it is renamed to ``final``, on failure removed."""
     tmp = temp_path(final)

@@ -268,6 +268,11 @@ def write_sets(coll: SetCollection, path, overwrite: bool = False, *, attrs: dic
             "n_tokens": coll.n_tokens, "vocab_kind": kind}
     tmp = commit.temp_path(path)
     try:
+        writer = commit.sole_writer(path)
+        writer.__enter__()  # a second writer of this path fails here; killed writers' temporaries go
+    except commit.LockBusy as exc:
+        raise InputError(commit.busy_message(path, exc)) from None
+    try:
         group = zarr.open_group(store=tmp, mode="w", zarr_format=3, attributes={"daskjoin": meta})
         vocab = coll.vocab.astype(object) if kind == "str" else coll.vocab.astype(np.int64)
         for name, data, chunk in (
@@ -294,6 +299,8 @@ def write_sets(coll: SetCollection, path, overwrite: bool = False, *, attrs: dic
         if os.path.lexists(tmp):
             commit.remove_path(tmp)
         raise
+    finally:
+        writer.__exit__(None, None, None)
     return path
 
 

@@ -146,6 +146,13 @@ class ZarrPointsWriter:
         if self._array is not None or self._done:
             raise RuntimeError("a ZarrPointsWriter can be entered only once")
         capacity = self.expected_rows or 0
+        self._writer = commit.sole_writer(self.path)
+        try:
+            self._writer.__enter__()  # a second writer of this path fails here; killed writers' temporaries go
+        except commit.LockBusy as exc:
+            self._writer = None
+            self._done = True
+            raise InputError(commit.busy_message(self.path, exc)) from None
         try:
             self._array = zarr.create_array(
                 store=self.tmp_path,
@@ -163,20 +170,29 @@ class ZarrPointsWriter:
             )
         except BaseException:
             self._abort()
+            self._release()
             raise
         self._capacity = capacity
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc_type is not None:
-            self._abort()
-            return False
         try:
-            self._finish()
-        except BaseException:
-            self._abort()
-            raise
-        return False
+            if exc_type is not None:
+                self._abort()
+                return False
+            try:
+                self._finish()
+            except BaseException:
+                self._abort()
+                raise
+            return False
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        writer, self._writer = getattr(self, "_writer", None), None
+        if writer is not None:
+            writer.__exit__(None, None, None)
 
     # -- writing ----------------------------------------------------------
     def append(self, block) -> None:
