@@ -273,7 +273,39 @@ class GpuBruteJoin:
         return tuple(None if parts[0][t] is None else np.concatenate([p[t] for p in parts]) for t in range(3))
 
     def batches(self, max_pairs: int, with_distance: bool = True):
-        """Batches of at most ``max_pairs`` pairs each; device output memory bounded by ``max(max_pairs, tile^2)``
-        pairs (see :meth:`_range_parts`), the products by ``batch_bytes``."""
-        for i, j, d in self._device_parts(max(1, int(max_pairs))):
-            yield to_host(i, j, d if with_distance else None)
+        """Batches of at most ``max_pairs`` pairs each, sorted by (i, j) on the device while they fit it.
+
+        Ranges' pairs are held on the device (up to the device budget) and sorted there as one
+        (a radix sort costs milliseconds; the task then only checks the order); past the budget
+        they go to the host as they come (the task sorts).  Device output memory bounded by the
+        device budget, or ``max(max_pairs, tile^2)`` pairs past it (see :meth:`_range_parts`);
+        the products by ``batch_bytes``.
+        """
+        step = max(1, int(max_pairs))
+        fits = max(1, device_budget_bytes(0.4) // 56)  # 20 B of pairs + 36 B to sort them
+        held, count, spilled = [], 0, False
+        for i, j, d in self._device_parts(step):
+            d = d if with_distance else None
+            if not spilled and count + len(i) <= fits:
+                held.append((i, j, d))
+                count += len(i)
+                continue
+            if held:  # past the budget: what is held goes first, in its own order
+                yield from self._sorted_to_host(held, step)
+                held = []
+            spilled = True
+            yield to_host(i, j, d)
+        if held:
+            yield from self._sorted_to_host(held, step)
+
+    def _sorted_to_host(self, held, step: int):
+        cp = cupy()
+        i, j = (cp.concatenate([h[t] for h in held]) if len(held) > 1 else held[0][t] for t in (0, 1))
+        d = None if held[0][2] is None else (cp.concatenate([h[2] for h in held]) if len(held) > 1 else held[0][2])
+        # local row numbers of one partition stay below 2**32: one packed key, one radix sort
+        order = cp.argsort((i.astype(cp.uint64) << cp.uint64(32)) | j.astype(cp.uint64))
+        i, j = i[order], j[order]
+        d = None if d is None else d[order]
+        del order
+        for at in range(0, int(i.shape[0]), step):
+            yield to_host(i[at:at + step], j[at:at + step], None if d is None else d[at:at + step])
