@@ -257,8 +257,6 @@ def write_sets(coll: SetCollection, path, overwrite: bool = False, *, attrs: dic
     >>> c.tokens.tolist(), c.offsets.tolist(), c.vocab.tolist()
     ([1, 0, 1], [0, 1, 3], [1, 2])
     """
-    import zarr
-
     if not isinstance(coll, SetCollection):
         raise InputError(f"write_sets needs a SetCollection, got {type(coll).__name__}; build one with prepare_sets")
     path = check_output_path(os.fspath(path).rstrip(os.sep) or os.fspath(path), overwrite)
@@ -266,12 +264,18 @@ def write_sets(coll: SetCollection, path, overwrite: bool = False, *, attrs: dic
     kind = coll.vocab_kind
     meta = {**(attrs or {}), "kind": "sets", "version": FORMAT_VERSION, "n_sets": len(coll),
             "n_tokens": coll.n_tokens, "vocab_kind": kind}
-    tmp = commit.temp_path(path)
     try:
-        writer = commit.sole_writer(path)
-        writer.__enter__()  # a second writer of this path fails here; killed writers' temporaries go
+        with commit.sole_writer(path):  # a second writer of this path is refused; killed writers' temporaries go
+            _write_store(coll, path, meta, kind, overwrite)
     except commit.LockBusy as exc:
         raise InputError(commit.busy_message(path, exc)) from None
+    return path
+
+
+def _write_store(coll: SetCollection, path: str, meta: dict, kind: str, overwrite: bool) -> None:
+    import zarr
+
+    tmp = commit.temp_path(path)
     try:
         group = zarr.open_group(store=tmp, mode="w", zarr_format=3, attributes={"daskjoin": meta})
         vocab = coll.vocab.astype(object) if kind == "str" else coll.vocab.astype(np.int64)
@@ -299,9 +303,6 @@ def write_sets(coll: SetCollection, path, overwrite: bool = False, *, attrs: dic
         if os.path.lexists(tmp):
             commit.remove_path(tmp)
         raise
-    finally:
-        writer.__exit__(None, None, None)
-    return path
 
 
 def _store_stamp(path: str) -> tuple:
