@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import daskjoin as dj
-from daskjoin.execution.pair_order import pair_order, sorted_pieces
+from daskjoin.execution.pair_order import sorted_pieces
 from joinhelpers import write_zarr
 from oracle import oracle_self_count
 
@@ -54,10 +54,14 @@ def test_sorted_pieces_are_the_sorted_pairs_in_fixed_pieces(data, rows, sort_row
         assert np.array_equal(np.concatenate([p[2] for p in out]), v[order])
 
 
-def test_pair_order_negative_and_wide_ids():
+def test_sort_pairs_negative_and_wide_ids():
+    """Ids spanning far more values than there are pairs take the fallback; negative ids sort too."""
+    from daskjoin.kernels.pair_sort import sort_pairs
+
     i = np.array([5, -1, 5, 1 << 35], np.int64)
     j = np.array([2, 7, 1, 0], np.int64)
-    assert pair_order(i, j).tolist() == [1, 2, 0, 3]
+    oi, oj, ov = sort_pairs(i, j, np.arange(4.0))
+    assert oi.tolist() == [-1, 5, 5, 1 << 35] and oj.tolist() == [7, 1, 2, 0] and ov.tolist() == [1, 2, 0, 3]
 
 
 @settings(max_examples=100, deadline=None)

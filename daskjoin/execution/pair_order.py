@@ -22,13 +22,6 @@ from ..kernels.pair_sort import is_sorted, sort_pairs
 
 
 
-def pair_order(i: np.ndarray, j: np.ndarray) -> np.ndarray:
-    """The permutation that sorts pairs by ``(i, j)`` (for callers that sort other columns along)."""
-    if len(i) == 0:
-        return np.zeros(0, np.int64)
-    return np.lexsort((j, i))
-
-
 def _sort(i, j, value):
     if is_sorted(i, j):  # e.g. a set block's batch, or a kernel that emits in row order: a check, no sort
         return i, j, value
