@@ -18,7 +18,10 @@ DEFAULTS = {
         "row-group-bytes": "128MiB",
         # bytes of pairs a task sorts by (i, j) in memory; a larger partition is sorted in runs
         # spilled to the temporary directory and merged (output identical, memory bounded)
-        "sort-bytes": "1GiB",
+        # "auto": what the plan's memory budget allows (the planner sizes partitions for it), else 1 GiB
+        "sort-bytes": "auto",
+        # threads of a process that encode and write Parquet pieces at once; "auto": its cores
+        "writer-threads": "auto",
         # what a missing chunk file of a Zarr input (points or set store) means: "error" (a damaged
         # store: DamagedStoreError naming the chunk) or "fill" (zarr's rule: the array's fill value,
         # e.g. for stores written with write_empty_chunks=False); read when an input is opened

@@ -16,7 +16,7 @@ from oracle import assert_same_pairs
 
 pytestmark = pytest.mark.integration
 
-PART_RE = re.compile(r"^part-\d{5}\.parquet$")
+PART_RE = re.compile(r"^part-\d{5}-\d{5}\.parquet$")
 
 
 def _data(seed=0, n=1500, d=2):
@@ -56,7 +56,13 @@ def _check_output_dir(path, result, expected_rows):
         assert pq.read_metadata(os.path.join(path, entry["file"])).num_rows == entry["rows"], entry
     assert manifest["rows"] == sum(e["rows"] for e in manifest["files"]) == expected_rows
     assert isinstance(result, dj.JoinResult)
-    assert result.pairs == expected_rows and result.files == len(parts) == result.plan.ntasks
+    assert result.pairs == expected_rows and result.files == len(parts)
+    # every partition has its pieces 0..k-1 (one file at least, also where it has no pairs)
+    pieces = {}
+    for name in parts:
+        pieces.setdefault(int(name[5:10]), []).append(int(name[11:16]))
+    assert sorted(pieces) == list(range(result.plan.ntasks))
+    assert all(sorted(k) == list(range(len(k))) for k in pieces.values())
     assert os.path.samefile(result.path, path)
     return manifest
 
@@ -215,8 +221,9 @@ def test_batched_row_groups_match_oracle(client, tmp_path):
             client.run(_set_row_group_bytes, value, workers=[addr])
     expected = oracle(x, None, 0.05)
     _check_output_dir(out, result, expected[0].size)
-    groups = sum(pq.ParquetFile(out / n).num_row_groups for n in os.listdir(out) if PART_RE.match(n))
-    assert groups > result.files  # several row groups per file: the batched path ran
+    names = [n for n in os.listdir(out) if PART_RE.match(n)]
+    assert all(pq.ParquetFile(out / n).num_row_groups == 1 for n in names)
+    assert result.files == len(names) > len(result.plan.partitions)  # several pieces per partition: the batched path ran
     got = _read_parts(out)
     check_frame(got, selfjoin=True)
     assert_same_pairs(frame_triple(got), expected, a=x, eps=0.05)

@@ -60,5 +60,5 @@ def write_parquet(job, parts, client, run: parquet_out.OutputRun, *, progress: b
     entries = []
     if parts:
         futures = _submit(client, partition_to_parquet, job, parts, out_dir=run.staging)
-        entries = wait_all(client, futures, progress=progress, desc="joining")
+        entries = [e for task in wait_all(client, futures, progress=progress, desc="joining") for e in task]
     return run.commit(entries, {**(extra or {}), "seconds": round(time.perf_counter() - start, 3)})

@@ -55,14 +55,27 @@ def max_batch_pairs() -> int:
 SORT_BYTES_PER_PAIR = 3 * PAIR_ROW_BYTES
 
 
+#: pairs sorted in memory where neither ``daskjoin.sort-bytes`` nor a memory budget says (1 GiB of pairs)
+DEFAULT_SORT_BYTES = 1 << 30
+
+
 def sort_rows(job=None) -> int:
-    """Pairs a task sorts in memory: ``daskjoin.sort-bytes``, and no more than the plan's memory budget
-    allows (at least one row group); a larger partition is sorted in spilled runs."""
-    rows = max(1, config.parse_bytes(config.get("sort-bytes")) // PAIR_ROW_BYTES)
+    """Pairs a task sorts in memory (at least one row group); a larger partition is sorted in spilled runs.
+
+    ``daskjoin.sort-bytes`` "auto": what the plan's memory budget allows (the planner sized the
+    partitions for it: ``PAIR_BYTES`` per expected pair), else 1 GiB; bytes: that, and no more than
+    the budget allows.
+    """
+    setting = config.get("sort-bytes")
     budget = int(getattr(job, "memory_budget", 0) or 0)
-    if budget > 0:
-        rows = min(rows, max(max_batch_pairs(), budget // SORT_BYTES_PER_PAIR))
-    return rows
+    by_budget = max(max_batch_pairs(), budget // SORT_BYTES_PER_PAIR) if budget > 0 else None
+    if setting in (None, "auto"):
+        rows = by_budget if by_budget is not None else DEFAULT_SORT_BYTES // PAIR_ROW_BYTES
+    else:
+        rows = config.parse_bytes(setting) // PAIR_ROW_BYTES
+        if by_budget is not None:
+            rows = min(rows, by_budget)
+    return max(1, rows)
 
 
 def _sorted_pieces(job, part):
@@ -135,8 +148,9 @@ def partition_count(part, job) -> int:
 
 
 @_task_body
-def partition_to_parquet(part, job, out_dir: str) -> dict:
-    """Write one partition's pairs to ``out_dir/part-NNNNN.parquet`` atomically; return its manifest entry."""
+def partition_to_parquet(part, job, out_dir: str) -> list[dict]:
+    """Write one partition's pairs to ``out_dir/part-PPPPP-KKKKK.parquet`` (a file per piece, each atomic);
+    return their manifest entries."""
     from ..io.parquet_out import write_partition
 
     # closed on failure too: a spilled sort's runs are removed at once, not when the traceback is collected
