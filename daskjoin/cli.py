@@ -71,11 +71,13 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--missing-chunks", choices=("error", "fill"), default=None,
                        help="a chunk file missing from a Zarr input: error (default) or read it as the fill value")
         where = p.add_mutually_exclusive_group() if clusters else p
-        where.add_argument("--scheduler", default=None, help="address of a running Dask scheduler (default: a local cluster)")
+        where.add_argument("--scheduler", default=None,
+                           help="address of a running Dask scheduler (default: threads of this process)")
         if clusters:
-            where.add_argument("--cluster", choices=CLUSTERS, default="local",
-                               help="local (default): a cluster on this machine; slurm or pbs: --jobs batch jobs "
-                                    "configured in dask config's jobqueue.slurm / jobqueue.pbs (deploy/hpc/jobqueue.yaml)")
+            where.add_argument("--cluster", choices=CLUSTERS, default=None,
+                               help="local: a Dask cluster on this machine (worker processes); slurm or pbs: --jobs "
+                                    "batch jobs configured in dask config's jobqueue.slurm / jobqueue.pbs "
+                                    "(deploy/hpc/jobqueue.yaml); default: threads of this process")
             p.add_argument("--jobs", type=int, default=None, help="batch jobs to submit with --cluster slurm|pbs (default: 1)")
 
     join = command("join", "Join and write the pairs to Parquet (or print their exact count).", handler=_join)
@@ -120,15 +122,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _client(args):
-    from .execution.cluster import resolve_client, start_jobqueue
+    from .execution.cluster import resolve_client, start_jobqueue, start_local
     from .validation import InputError
 
-    cluster = getattr(args, "cluster", None) or "local"
+    cluster = getattr(args, "cluster", None)
     jobs = getattr(args, "jobs", None)
-    if cluster == "local":
+    if cluster in (None, "local"):
         if jobs is not None:
             raise InputError(f"--jobs {jobs} needs --cluster slurm or --cluster pbs (it counts batch jobs)")
-        return resolve_client(address=args.scheduler)
+        return start_local() if cluster == "local" else resolve_client(address=args.scheduler)
     jobs = 1 if jobs is None else jobs
     if jobs < 1:
         raise InputError(f"--jobs must be at least 1, got {jobs}")

@@ -32,12 +32,13 @@ def add_commands(sub, command) -> None:
                        help="a chunk file missing from a set store: error (default) or read it as the fill value")
         where = p.add_mutually_exclusive_group() if clusters else p
         where.add_argument("--scheduler", default=None,
-                           help="address of a running Dask scheduler (default: a local cluster)")
+                           help="address of a running Dask scheduler (default: threads of this process)")
         if clusters:
             from .cli import CLUSTERS
 
-            where.add_argument("--cluster", choices=CLUSTERS, default="local",
-                               help="local (default), or slurm / pbs: --jobs batch jobs configured in dask config")
+            where.add_argument("--cluster", choices=CLUSTERS, default=None,
+                               help="local (a Dask cluster on this machine), or slurm / pbs: --jobs batch jobs "
+                                    "configured in dask config; default: threads of this process")
             p.add_argument("--jobs", type=int, default=None,
                            help="batch jobs to submit with --cluster slurm|pbs (default: 1)")
 

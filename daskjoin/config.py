@@ -22,6 +22,8 @@ DEFAULTS = {
         "sort-bytes": "auto",
         # threads of a process that encode and write Parquet pieces at once; "auto": its cores
         "writer-threads": "auto",
+        # task threads of a join run in this process (no Dask cluster given or found)
+        "local-threads": 2,
         # what a missing chunk file of a Zarr input (points or set store) means: "error" (a damaged
         # store: DamagedStoreError naming the chunk) or "fill" (zarr's rule: the array's fill value,
         # e.g. for stores written with write_empty_chunks=False); read when an input is opened

@@ -37,7 +37,7 @@ def no_cluster(monkeypatch):
         raise AssertionError("a client was resolved before the options were refused")
 
     monkeypatch.setattr(cluster_mod, "resolve_client", refuse)
-    monkeypatch.setattr(cluster_mod, "_start_local", refuse)
+    monkeypatch.setattr(cluster_mod, "start_local", refuse)
     before = dict(cluster_mod._DEFAULT)
     yield
     assert cluster_mod._DEFAULT == before

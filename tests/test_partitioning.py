@@ -105,8 +105,10 @@ def test_one_and_four_workers_agree(client, stores, tmp_path, partitioning):
         assert counted == res.pairs == _expected("cross")[0].size
     assert pair_tuples(results[1]) == pair_tuples(results[4])
     assert_same_pairs(frame_triple(results[4]), _expected("cross"), a=a, b=b, eps=EPS)
-    for k in range(ntasks):
-        name = f"part-{k:05d}.parquet"
+    names = sorted(p.name for p in (tmp_path / "out1.parquet").glob("part-*.parquet"))
+    assert names == sorted(p.name for p in (tmp_path / "out4.parquet").glob("part-*.parquet"))
+    assert {name[:10] for name in names} == {f"part-{k:05d}" for k in range(ntasks)}
+    for name in names:
         assert (tmp_path / "out1.parquet" / name).read_bytes() == (tmp_path / "out4.parquet" / name).read_bytes()
 
 

@@ -75,7 +75,8 @@ def _workers_ignore_sigint():
         signal.signal(signal.SIGINT, previous)
 
 
-def _start_local():
+def start_local():
+    """daskjoin's local cluster (``local_cluster_options``), started on first use and closed at exit."""
     from distributed import Client, LocalCluster
 
     if "client" not in _DEFAULT:
@@ -140,7 +141,8 @@ def resolve_client(client=None, *, address: str | None = None):
 
     ``client``; a client of ``address`` or of ``$DASKJOIN_SCHEDULER``; the current client;
     a client of dask config's ``scheduler-address`` (how the compose notebook finds its
-    scheduler); else a local cluster started on first use.
+    scheduler); else threads of this process (:mod:`.inprocess`: no cluster to start, nothing
+    shipped; :func:`start_local` gives a local cluster instead).
     """
     if client is not None:
         return client
@@ -156,7 +158,9 @@ def resolve_client(client=None, *, address: str | None = None):
     configured = configured_address()
     if configured:
         return _connect(configured)
-    return _start_local()
+    from .inprocess import in_process
+
+    return in_process()
 
 
 class ClusterRunner:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import time
 
-import dask.dataframe as dd
-
 from ..caches import CACHE
 from ..io import parquet_out
 from .progress import raise_if_interrupted, wait_all
@@ -28,6 +26,8 @@ def to_dataframe(job, parts, *, cache_key=None, owner=None):
         hit = CACHE.get("frames", cache_key)  # cache key -> (owner, frame)
         if hit is not None and hit[0] is owner:
             return hit[1].copy()  # a new collection object: callers may rename its columns
+    import dask.dataframe as dd  # here, not at import: a count or a Parquet run never loads it (~0.7 s)
+
     if not parts:
         frame = dd.from_pandas(meta_frame(job.value), npartitions=1)
     else:

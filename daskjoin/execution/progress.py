@@ -40,8 +40,12 @@ def wait_all(client, futures, *, progress: bool = False, desc: str = "tasks") ->
             from tqdm.auto import tqdm
 
             bar = tqdm(total=len(futures), desc=desc, unit="task")
-            for future in as_completed(futures, loop=client.loop):
-                if future.status == "error":
+            # the in-process runner has its own (concurrent.futures); a Dask client needs its loop
+            completed = client.as_completed(futures) if hasattr(client, "as_completed") else \
+                as_completed(futures, loop=client.loop)
+            for future in completed:
+                if getattr(future, "status", None) == "error" or (
+                        not hasattr(future, "status") and future.exception() is not None):
                     future.result()  # raises the task's exception here
                 raise_if_interrupted()
                 bar.update(1)

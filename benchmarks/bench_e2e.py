@@ -1,0 +1,326 @@
+#!/usr/bin/env python
+"""End to end as users meet it: the CLI and the notebook path in new processes, on fresh stores.
+
+What runs (each CLI step a new process, as a user types it):
+
+1. ``daskjoin synth uniform --n N --d D base.zarr`` (wall time).
+2. ``daskjoin join STORE --eps E --count`` on a fresh copy of the store (no cached statistics):
+   once with empty kernel-compile caches (``NUMBA_CACHE_DIR``, ``CUPY_CACHE_DIR`` pointed at new
+   folders: *cold*), once more with the caches that run filled (*warm*).
+3. ``daskjoin join STORE --eps E --out pairs.parquet`` on another fresh copy (warm caches); the
+   row count of ``_SUCCESS`` must equal the count of step 2.
+4. The notebook path in a new process: ``dj.similarity_join(x, eps=eps).compute()`` with ``x`` a
+   numpy array (``--nb-n`` × ``--nb-d``), with no client (daskjoin runs in the process) and with a
+   ``LocalCluster(n_workers=1, threads_per_worker=2)`` (``LocalCUDACluster`` on a GPU machine),
+   against ``cKDTree(x).query_pairs`` in the same process (CPU); warnings are counted.
+5. In this process: the kernel alone on the same data (count, and pairs to host memory), and the
+   same pairs written with pyarrow from memory on all cores (the floor for step 3).
+
+Each CLI run writes its phases with ``--timings``: process start to ``main``, client, plan
+(and each data pass of the plan), join (kernels, sorts, transfers), the tasks' time in
+kernels+sort and in Parquet encoding+writing, and the commit.  Ratios to the kernel are
+printed and stored in ``benchmarks/results/e2e-<machine>-<date>.json``.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_e2e.py --n 2000000 --d 3 --nb-n 1000000 --nb-d 2   # this VM
+    python3 benchmarks/bench_e2e.py --n 20000000 --d 3 --nb-n 2000000 --nb-d 2            # a GPU machine
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+NOTEBOOK = r'''
+import json, sys, time, warnings
+import numpy as np
+from daskjoin.io.synth import generate
+n, d, eps, mode, ckd = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5] == "1"
+x = generate("uniform", n, d, seed=1)
+out = {"mode": mode}
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    start = time.perf_counter()
+    import daskjoin as dj
+    client = cluster = None
+    if mode == "local-cluster":
+        try:
+            from dask_cuda import LocalCUDACluster
+            import cupy
+            cupy.cuda.runtime.getDeviceCount()
+            cluster = LocalCUDACluster(n_workers=1)
+            out["cluster"] = "LocalCUDACluster(n_workers=1)"
+        except Exception:
+            from distributed import LocalCluster
+            cluster = LocalCluster(n_workers=1, threads_per_worker=2)
+            out["cluster"] = "LocalCluster(n_workers=1, threads_per_worker=2)"
+        from distributed import Client
+        client = Client(cluster)
+    out["setup_s"] = time.perf_counter() - start
+    runs = []
+    for _ in range(2):  # the first includes compiling or loading kernels; the second is a repeated join
+        start = time.perf_counter()
+        df = dj.similarity_join(x, eps=eps).compute()
+        runs.append(time.perf_counter() - start)
+    out["first_s"], out["repeat_s"] = runs
+    out["pairs"] = int(len(df))
+    out["warnings"] = sorted({f"{w.category.__name__}: {str(w.message)[:120]}" for w in caught})
+if ckd:
+    from scipy.spatial import cKDTree
+    start = time.perf_counter()
+    ref = cKDTree(x).query_pairs(eps, output_type="ndarray")
+    out["ckdtree_s"] = time.perf_counter() - start
+    out["ckdtree_pairs"] = int(len(ref))
+if client is not None:
+    client.close(); cluster.close()
+print("RESULT " + json.dumps(out))
+'''
+
+
+def eps_for(n: int, d: int, neighbours: float) -> float:
+    volume = math.pi ** (d / 2) / math.gamma(d / 2 + 1)
+    return (neighbours / (n * volume)) ** (1 / d)
+
+
+def run(cmd: list[str], env: dict, label: str) -> dict:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode:
+        print(proc.stdout, proc.stderr, file=sys.stderr)
+        raise SystemExit(f"{label} failed (exit {proc.returncode})")
+    return {"wall_s": wall, "stdout": proc.stdout.strip(), "stderr": proc.stderr.strip()[-2000:]}
+
+
+def fresh_copy(base: str, work: str, name: str) -> str:
+    """A copy of the store without daskjoin's caches (statistics, sorted copies): a store never planned."""
+    path = os.path.join(work, name)
+    shutil.copytree(base, path)
+    return path
+
+
+def cli(work: str, env: dict, args: list[str], label: str) -> dict:
+    timings = os.path.join(work, f"timings-{label}.json")
+    got = run([sys.executable, "-m", "daskjoin", *args, "--quiet", "--timings", timings], env, label)
+    with open(timings) as f:
+        got["timings"] = json.load(f)
+    return got
+
+
+def kernel_alone(path: str, eps: float, backend: str) -> dict:
+    """The kernel on the whole array in this process, warmed first: count, and pairs to host memory."""
+    import zarr
+
+    from daskjoin.kernels import get_kernel
+
+    x = np.asarray(zarr.open_array(path, mode="r")[:])
+    kernel = get_kernel("grid", backend)
+    kernel.self_count(x[:20000], eps)
+    sync = (lambda: None)
+    if backend == "gpu":
+        import cupy as cp
+
+        sync = cp.cuda.Device().synchronize
+    out = {}
+    best = math.inf
+    for _ in range(3):
+        sync()
+        start = time.perf_counter()
+        n = kernel.self_count(x, eps)
+        sync()
+        best = min(best, time.perf_counter() - start)
+    out["count_s"], out["pairs"] = best, int(n)
+    start = time.perf_counter()
+    i, j, dist = kernel.self_join(x, eps)
+    sync()
+    out["pairs_to_host_s"] = time.perf_counter() - start
+    return out, (i, j, dist)
+
+
+def pyarrow_floor(pairs, work: str) -> dict:
+    """The same pairs, sorted, written from memory with pyarrow on every core (one file per core):
+    with pyarrow's defaults and with daskjoin's encoding; the faster is the floor."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from daskjoin.io.parquet_out import ENCODING
+    from daskjoin.kernels.pair_sort import sort_pairs
+
+    i, j, dist = sort_pairs(*pairs)
+    cores = os.cpu_count() or 1
+    bounds = np.linspace(0, len(i), cores + 1).astype(np.int64)
+    out = {"cores": cores}
+    for label, kwargs in (("defaults", {}), ("daskjoin_encoding", ENCODING)):
+        folder = os.path.join(work, f"pyarrow-{label}")
+        os.makedirs(folder, exist_ok=True)
+
+        def write(k, kwargs=kwargs, folder=folder):
+            a, b = bounds[k], bounds[k + 1]
+            table = pa.Table.from_arrays([pa.array(i[a:b]), pa.array(j[a:b]), pa.array(dist[a:b])],
+                                         names=["i", "j", "dist"])
+            pq.write_table(table, os.path.join(folder, f"{k}.parquet"), **kwargs)
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(cores) as pool:
+            list(pool.map(write, range(cores)))
+        out[f"{label}_s"] = time.perf_counter() - start
+        out[f"{label}_bytes"] = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+        shutil.rmtree(folder)
+    out["floor_s"] = min(out["defaults_s"], out["daskjoin_encoding_s"])
+    return out
+
+
+def notebook(n: int, d: int, eps: float, mode: str, env: dict, ckdtree: bool) -> dict:
+    got = run([sys.executable, "-c", NOTEBOOK, str(n), str(d), repr(eps), mode, "1" if ckdtree else "0"], env,
+              f"notebook {mode}")
+    line = [x for x in got["stdout"].splitlines() if x.startswith("RESULT ")][-1]
+    return {**json.loads(line[7:]), "wall_s": got["wall_s"]}
+
+
+def machine() -> dict:
+    info = {"host": platform.node(), "cores": os.cpu_count(), "python": platform.python_version()}
+    try:
+        import cupy as cp
+
+        if cp.cuda.runtime.getDeviceCount():
+            info["gpu"] = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    except Exception:  # noqa: BLE001 - no GPU here
+        pass
+    return info
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, default=20_000_000)
+    p.add_argument("--d", type=int, default=3)
+    p.add_argument("--neighbours", type=float, default=32.0)
+    p.add_argument("--nb-n", type=int, default=2_000_000, help="rows of the notebook workload")
+    p.add_argument("--nb-d", type=int, default=2)
+    p.add_argument("--nb-more", default="", help="more notebook workloads, e.g. 400000x6")
+    p.add_argument("--workdir", default=None)
+    p.add_argument("--out-json", default=None)
+    p.add_argument("--skip-notebook", action="store_true")
+    p.add_argument("--skip-local-cluster", action="store_true")
+    args = p.parse_args()
+
+    info = machine()
+    backend = "gpu" if "gpu" in info else "cpu"
+    work = tempfile.mkdtemp(prefix="daskjoin-e2e-", dir=args.workdir)
+    eps = eps_for(args.n, args.d, args.neighbours)
+    env = dict(os.environ, NUMBA_CACHE_DIR=os.path.join(work, "numba-cache"),
+               CUPY_CACHE_DIR=os.path.join(work, "cupy-cache"))
+    result = {"machine": info, "date": dt.date.today().isoformat(), "backend": backend,
+              "workload": {"n": args.n, "d": args.d, "eps": eps, "neighbours": args.neighbours}}
+    try:
+        base = os.path.join(work, "base.zarr")
+        result["synth"] = run([sys.executable, "-m", "daskjoin", "synth", "uniform", "--n", str(args.n), "--d",
+                               str(args.d), base], env, "synth")
+        join = ["join", "--eps", repr(eps)]
+        result["count_cold"] = cli(work, env, [*join[:1], fresh_copy(base, work, "cold.zarr"), *join[1:], "--count"],
+                                   "count_cold")
+        result["count_warm"] = cli(work, env, [*join[:1], fresh_copy(base, work, "warm.zarr"), *join[1:], "--count"],
+                                   "count_warm")
+        out_dir = os.path.join(work, "pairs.parquet")
+        result["out_warm"] = cli(work, env, [*join[:1], fresh_copy(base, work, "out.zarr"), *join[1:], "--out",
+                                             out_dir], "out_warm")
+        with open(os.path.join(out_dir, "_SUCCESS")) as f:
+            written = json.load(f)["rows"]
+        counted = int(result["count_warm"]["stdout"].splitlines()[-1])
+        result["out_warm"]["rows"] = written
+        if written != counted:
+            print(f"MISMATCH: --out wrote {written:,} pairs, --count said {counted:,}", file=sys.stderr)
+            return 1
+        result["parquet_bytes"] = sum(os.path.getsize(os.path.join(out_dir, f)) for f in os.listdir(out_dir))
+        shutil.rmtree(out_dir)
+        result["kernel"], pairs = kernel_alone(base, eps, backend)
+        if result["kernel"]["pairs"] != counted:
+            print(f"MISMATCH: kernel {result['kernel']['pairs']:,}, CLI {counted:,}", file=sys.stderr)
+            return 1
+        result["pyarrow"] = pyarrow_floor(pairs, work)
+        del pairs
+        if not args.skip_notebook:
+            shapes = [(args.nb_n, args.nb_d)] + [tuple(int(v) for v in s.split("x"))
+                                                 for s in args.nb_more.split(",") if s]
+            result["notebook"] = []
+            for n, d in shapes:
+                nb_eps = eps_for(n, d, args.neighbours)
+                modes = ["in-process"] + ([] if args.skip_local_cluster else ["local-cluster"])
+                for mode in modes:
+                    got = notebook(n, d, nb_eps, mode, env, ckdtree=(backend == "cpu" or d <= 3) and mode == modes[0])
+                    got.update(n=n, d=d, eps=nb_eps)
+                    result["notebook"].append(got)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report(result)
+    path = args.out_json or os.path.join(HERE, "results", f"e2e-{_machine_tag(info)}-{result['date']}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1, default=float)
+    print(f"\nresults written to {path}")
+    return 0
+
+
+def _machine_tag(info: dict) -> str:
+    gpu = info.get("gpu")
+    return gpu.replace("NVIDIA ", "").split()[0] if gpu else "vm"
+
+
+def _phases(t: dict) -> str:
+    steps = ", ".join(f"{s['name']} {s['seconds']:.2f}" for s in t.get("plan_steps", []) if not s.get("cached"))
+    tasks = t.get("tasks") or {}
+    extra = ""
+    if tasks:
+        extra = f"; in tasks: kernels+sort {tasks.get('compute_s', 0):.2f}, parquet {tasks.get('write_s', 0):.2f}"
+    return (f"start {t['startup_s']:.2f}, client {t['client_s']:.2f}, plan {t['plan_s']:.2f}"
+            + (f" ({steps})" if steps else "") + f", join {t['join_s']:.2f}" + extra)
+
+
+def report(r: dict) -> None:
+    k = r["kernel"]
+    w = r["workload"]
+    print(f"\ndaskjoin end to end, {r['machine']}, {r['date']}: {w['n']:,} x {w['d']}-d uniform, eps {w['eps']:.6g}, "
+          f"{k['pairs']:,} pairs")
+    rows = [("synth (new process)", r["synth"]["wall_s"], None, "")]
+    for key, label in (("count_cold", "join --count, cold compile caches"),
+                       ("count_warm", "join --count, warm caches"), ("out_warm", "join --out Parquet, warm caches")):
+        rows.append((label, r[key]["wall_s"], k["count_s"] if "count" in key else None, _phases(r[key]["timings"])))
+    rows.append(("kernel alone: count", k["count_s"], k["count_s"], "in this process, warmed"))
+    rows.append(("kernel alone: pairs to host", k["pairs_to_host_s"], k["count_s"], ""))
+    pa_ = r["pyarrow"]
+    rows.append((f"pyarrow write from memory, {pa_['cores']} threads", pa_["floor_s"], None,
+                 f"defaults {pa_['defaults_s']:.2f} s / {pa_['defaults_bytes'] / 2**20:.0f} MiB, daskjoin encoding "
+                 f"{pa_['daskjoin_encoding_s']:.2f} s / {pa_['daskjoin_encoding_bytes'] / 2**20:.0f} MiB"))
+    print(f"{'what':44s} {'seconds':>8s} {'x kernel':>9s}  phases (seconds)")
+    for label, seconds, ref, note in rows:
+        ratio = f"{seconds / ref:8.1f}x" if ref else " " * 9
+        print(f"{label:44s} {seconds:8.2f} {ratio}  {note}")
+    out = r["out_warm"]["wall_s"]
+    print(f"join --out: {out / pa_['floor_s']:.2f}x the pyarrow floor; {r['parquet_bytes'] / 2**20:.0f} MiB written")
+    for nb in r.get("notebook", []):
+        line = (f"notebook {nb['n']:,} x {nb['d']}-d, {nb['mode']}{' (' + nb['cluster'] + ')' if 'cluster' in nb else ''}: "
+                f"first {nb['first_s']:.2f} s, repeat {nb['repeat_s']:.2f} s, setup {nb['setup_s']:.2f} s, "
+                f"{nb['pairs']:,} pairs, {len(nb['warnings'])} warnings")
+        if "ckdtree_s" in nb:
+            line += (f"; cKDTree {nb['ckdtree_s']:.2f} s ({nb['ckdtree_s'] / nb['repeat_s']:.2f}x slower than the repeat)"
+                     + ("" if nb["ckdtree_pairs"] == nb["pairs"] else "  MISMATCH"))
+        print(line)
+        for warning in nb["warnings"]:
+            print(f"    warning: {warning}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
