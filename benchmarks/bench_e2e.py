@@ -4,16 +4,15 @@
 What runs (each CLI step a new process, as a user types it):
 
 1. ``daskjoin synth uniform --n N --d D base.zarr`` (wall time).
-2. ``daskjoin join STORE --eps E --count`` on a fresh copy of the store (no cached statistics):
-   once with empty kernel-compile caches (``NUMBA_CACHE_DIR``, ``CUPY_CACHE_DIR`` pointed at new
-   folders: *cold*), once more with the caches that run filled (*warm*).
-3. ``daskjoin join STORE --eps E --out pairs.parquet`` on another fresh copy (warm caches); the
-   row count of ``_SUCCESS`` must equal the count of step 2.
-4. The notebook path in a new process: ``dj.similarity_join(x, eps=eps).compute()`` with ``x`` a
+2. ``daskjoin join STORE --eps E --count`` and ``--out pairs.parquet``, each on a fresh copy of
+   the store (no cached statistics or sorted copy): first with empty kernel-compile caches
+   (``NUMBA_CACHE_DIR``, ``CUPY_CACHE_DIR`` pointed at new folders: *cold*), then again with the
+   caches those runs filled (*warm*).  The row count of ``_SUCCESS`` must equal the count.
+3. The notebook path in a new process: ``dj.similarity_join(x, eps=eps).compute()`` with ``x`` a
    numpy array (``--nb-n`` × ``--nb-d``), with no client (daskjoin runs in the process) and with a
    ``LocalCluster(n_workers=1, threads_per_worker=2)`` (``LocalCUDACluster`` on a GPU machine),
    against ``cKDTree(x).query_pairs`` in the same process (CPU); warnings are counted.
-5. In this process: the kernel alone on the same data (count, and pairs to host memory), and the
+4. In this process: the kernel alone on the same data (count, and pairs to host memory), and the
    same pairs written with pyarrow from memory on all cores (the floor for step 3).
 
 Each CLI run writes its phases with ``--timings``: process start to ``main``, client, plan
@@ -231,13 +230,13 @@ def main() -> int:
         result["synth"] = run([sys.executable, "-m", "daskjoin", "synth", "uniform", "--n", str(args.n), "--d",
                                str(args.d), base], env, "synth")
         join = ["join", "--eps", repr(eps)]
-        result["count_cold"] = cli(work, env, [*join[:1], fresh_copy(base, work, "cold.zarr"), *join[1:], "--count"],
-                                   "count_cold")
-        result["count_warm"] = cli(work, env, [*join[:1], fresh_copy(base, work, "warm.zarr"), *join[1:], "--count"],
-                                   "count_warm")
         out_dir = os.path.join(work, "pairs.parquet")
-        result["out_warm"] = cli(work, env, [*join[:1], fresh_copy(base, work, "out.zarr"), *join[1:], "--out",
-                                             out_dir], "out_warm")
+        # cold: empty compile caches (each run on a store never planned); warm: the caches the cold runs filled
+        for label in ("cold", "warm"):
+            result[f"count_{label}"] = cli(work, env, ["join", fresh_copy(base, work, f"count-{label}.zarr"),
+                                                       *join[1:], "--count"], f"count_{label}")
+            result[f"out_{label}"] = cli(work, env, ["join", fresh_copy(base, work, f"out-{label}.zarr"), *join[1:],
+                                                     "--out", out_dir, "--overwrite"], f"out_{label}")
         with open(os.path.join(out_dir, "_SUCCESS")) as f:
             written = json.load(f)["rows"]
         counted = int(result["count_warm"]["stdout"].splitlines()[-1])
@@ -296,6 +295,7 @@ def report(r: dict) -> None:
           f"{k['pairs']:,} pairs")
     rows = [("synth (new process)", r["synth"]["wall_s"], None, "")]
     for key, label in (("count_cold", "join --count, cold compile caches"),
+                       ("out_cold", "join --out Parquet, cold compile caches"),
                        ("count_warm", "join --count, warm caches"), ("out_warm", "join --out Parquet, warm caches")):
         rows.append((label, r[key]["wall_s"], k["count_s"] if "count" in key else None, _phases(r[key]["timings"])))
     rows.append(("kernel alone: count", k["count_s"], k["count_s"], "in this process, warmed"))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .caches import CACHE
 from .execution import graph
@@ -33,6 +33,16 @@ class JoinResult:
     plan_seconds: float
     run_seconds: float
     plan: Plan
+    bytes: int = 0
+    #: seconds summed over tasks: ``compute_s`` (kernels, transfers, sort), ``write_s`` (Parquet encoding
+    #: and writing, on writer threads beside the kernels)
+    tasks: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_manifest(cls, path: str, manifest: dict, plan, plan_seconds: float, run_seconds: float):
+        return cls(path=path, pairs=manifest["rows"], files=len(manifest["files"]), plan_seconds=plan_seconds,
+                   run_seconds=run_seconds, plan=plan, bytes=int(manifest.get("bytes", 0)),
+                   tasks=dict(manifest.get("tasks", {})))
 
     @property
     def seconds(self) -> float:
@@ -45,10 +55,17 @@ class JoinResult:
         return dd.read_parquet(os.path.join(self.path, "part-*.parquet"))
 
     def __str__(self) -> str:
+        from dask.utils import format_bytes
+
         rate = self.pairs / self.run_seconds if self.run_seconds else float("inf")
+        inside = ""
+        if self.tasks:
+            inside = (f"; in tasks {self.tasks.get('compute_s', 0):.2f} s kernels and sort, "
+                      f"{self.tasks.get('write_s', 0):.2f} s Parquet writing on writer threads")
         return (
-            f"{self.pairs:,} pairs in {self.seconds:.2f} s (plan {self.plan_seconds:.2f} s, join {self.run_seconds:.2f} s, "
-            f"{rate:,.0f} pairs/s) -> {self.path} ({self.files} files + _SUCCESS)"
+            f"{self.pairs:,} pairs in {self.seconds:.2f} s (plan {self.plan_seconds:.2f} s, join and write "
+            f"{self.run_seconds:.2f} s{inside}; {rate:,.0f} pairs/s) -> {self.path} "
+            f"({self.files} files, {format_bytes(self.bytes)}, + _SUCCESS)"
         )
 
 
@@ -239,7 +256,4 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
         extra = {"eps": plan.eps, "method": plan.method, "partitioning": plan.partitioning, "selfjoin": plan.selfjoin}
         manifest = graph.write_parquet(JoinJob.from_plan(plan, with_distance), plan.partitions, client, run,
                                        progress=progress, extra=extra)
-    return JoinResult(
-        path=out, pairs=manifest["rows"], files=len(manifest["files"]), plan_seconds=planned - start,
-        run_seconds=time.perf_counter() - planned, plan=plan,
-    )
+    return JoinResult.from_manifest(out, manifest, plan, planned - start, time.perf_counter() - planned)

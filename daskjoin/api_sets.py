@@ -166,5 +166,4 @@ def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", metho
         extra = {"measure": t.measure, "threshold": str(t.exact), "method": plan.algorithm,
                  "algorithm": plan.algorithm, "selfjoin": plan.selfjoin}  # "algorithm": the old key, kept
         manifest = graph.write_parquet(job, plan.blocks, client, run, progress=progress, extra=extra)
-    return SetJoinResult(path=out, pairs=manifest["rows"], files=len(manifest["files"]),
-                         plan_seconds=planned - start, run_seconds=time.perf_counter() - planned, plan=plan)
+    return SetJoinResult.from_manifest(out, manifest, plan, planned - start, time.perf_counter() - planned)

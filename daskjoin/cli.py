@@ -87,6 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     join.add_argument("--no-distance", action="store_true", help="omit the dist column")
     join.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     join.add_argument("--quiet", action="store_true", help="no progress bar")
+    join.add_argument("--timings", metavar="FILE", default=None,
+                      help="write the run's phases (start, client, plan and its data passes, join, time in tasks) "
+                           "as JSON to FILE")
 
     plan = command("plan", "Print the plan of a join (method, partitions, estimate) without running it.", handler=_plan)
     join_options(plan)
@@ -163,20 +166,66 @@ def _join(args) -> int:
     _, src_a, src_b, _ = dj.api.check_join_inputs(args.a, args.b, **common)  # before any cluster is reached
     if args.out:
         dj.api.check_output(args.out, args.overwrite, dj.api.protected_paths(src_a, src_b))
+    clock = Phases()
     client = _client(args)
-    start = time.perf_counter()
+    clock.mark("client_s")
+    # planned first (the join reuses the cached plan), so plan and join time are told apart
+    plan = dj.plan_join(args.a, args.b, client=client, **common)
+    clock.mark("plan_s")
+    clock.record["plan_steps"] = [{"name": s.name, "seconds": round(s.seconds, 3), "cached": s.cached,
+                                   "reads": s.reads} for s in plan.steps]
     if args.count:
         n = dj.similarity_join(args.a, args.b, output="count", client=client, progress=not args.quiet, **common)
-        seconds = time.perf_counter() - start
+        clock.mark("join_s")
         print(n)
-        print(f"{n:,} pairs counted in {seconds:.2f} s", file=sys.stderr)
-        return 0
-    result = dj.similarity_join(
-        args.a, args.b, out=args.out, overwrite=args.overwrite, with_distance=not args.no_distance,
-        client=client, progress=not args.quiet, **common,
-    )
-    print(result)
+        print(f"{n:,} pairs counted in {clock.since_main():.2f} s (plan {clock.record['plan_s']:.2f} s, "
+              f"count {clock.record['join_s']:.2f} s)", file=sys.stderr)
+        clock.record["pairs"] = int(n)
+    else:
+        result = dj.similarity_join(
+            args.a, args.b, out=args.out, overwrite=args.overwrite, with_distance=not args.no_distance,
+            client=client, progress=not args.quiet, **common,
+        )
+        clock.mark("join_s")
+        clock.record.update(pairs=result.pairs, bytes=result.bytes, files=result.files, tasks=result.tasks)
+        print(result)
+    if args.timings:
+        clock.write(args.timings)
     return 0
+
+
+class Phases:
+    """Wall-clock phases of one command, from the process's start (``--timings``)."""
+
+    def __init__(self):
+        self.record = {"startup_s": round(_since_process_start(), 3)}
+        self.main = time.perf_counter() - self.record["startup_s"]
+        self.last = time.perf_counter()
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.record[name] = round(now - self.last, 3)
+        self.last = now
+
+    def since_main(self) -> float:
+        return time.perf_counter() - self.main - self.record["startup_s"]
+
+    def write(self, path: str) -> None:
+        import json
+
+        self.record["total_s"] = round(time.perf_counter() - self.main, 3)
+        with open(path, "w") as f:
+            json.dump(self.record, f, indent=1)
+
+
+def _since_process_start() -> float:
+    """Seconds since this process started (interpreter start and imports before the command ran)."""
+    try:
+        import psutil
+
+        return max(0.0, time.time() - psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - no psutil or no /proc: unknown
+        return 0.0
 
 
 def _plan(args) -> int:

@@ -8,6 +8,8 @@ import os
 import signal
 import threading
 
+import numpy as np
+
 logger = logging.getLogger(__name__)
 
 _DEFAULT = {}
@@ -174,7 +176,16 @@ class ClusterRunner:
             return []
         return self.client.gather(self.client.map(func, items, pure=False))
 
-    def sort(self, source, dim, stats, path, *, bucket_bytes):
-        from .sort import sort_zarr
+    #: bytes per row a sorted copy built in memory holds besides two copies of the row: keys, their
+    #: sorted copy, the radix sort's keys and permutations (8 bytes each)
+    HERE_ROW_EXTRA = 48
 
+    def sort(self, source, dim, stats, path, *, bucket_bytes):
+        from .inprocess import InProcess
+        from .sort import sort_zarr, sort_zarr_here
+
+        # in this process, from memory, where it fits a task's budget (four buckets); else a sample sort
+        row = 2 * source.d * np.dtype(source.dtype).itemsize + self.HERE_ROW_EXTRA
+        if isinstance(self.client, InProcess) and source.n * row <= 4 * bucket_bytes:
+            return sort_zarr_here(source, dim, path)
         return sort_zarr(source, dim, stats, path, self.client, bucket_bytes=bucket_bytes)

@@ -50,7 +50,11 @@ def count(job, parts, client, *, progress: bool = False) -> int:
     if not parts:
         return 0
     futures = _submit(client, partition_count, job, parts)
-    return int(sum(wait_all(client, futures, progress=progress, desc="counting")))
+    return int(sum(wait_all(client, futures, progress=progress, desc="counting", tally=lambda n: (n, 0))))
+
+
+def _tally_files(entries) -> tuple[int, int]:
+    return sum(e["rows"] for e in entries), sum(e.get("bytes") or 0 for e in entries)
 
 
 def write_parquet(job, parts, client, run: parquet_out.OutputRun, *, progress: bool = False,
@@ -60,5 +64,8 @@ def write_parquet(job, parts, client, run: parquet_out.OutputRun, *, progress: b
     entries = []
     if parts:
         futures = _submit(client, partition_to_parquet, job, parts, out_dir=run.staging)
-        entries = [e for task in wait_all(client, futures, progress=progress, desc="joining") for e in task]
-    return run.commit(entries, {**(extra or {}), "seconds": round(time.perf_counter() - start, 3)})
+        done = wait_all(client, futures, progress=progress, desc="joining", tally=_tally_files)
+        entries = [e for task in done for e in task]
+    tasks = {"compute_s": round(sum(e.get("compute_s", 0.0) for e in entries), 3),
+             "write_s": round(sum(e.get("write_s", 0.0) for e in entries), 3)}
+    return run.commit(entries, {**(extra or {}), "seconds": round(time.perf_counter() - start, 3), "tasks": tasks})

@@ -144,13 +144,13 @@ def sorted_pieces(batches, rows: int, sort_rows: int, spill_dir: str | None = No
             if in_order:
                 in_order = (last is None or (int(batch[0][0]), int(batch[1][0])) > last) and is_sorted(batch[0], batch[1])
                 last = (int(batch[0][-1]), int(batch[1][-1]))
-            held.append(batch)
-            count += len(batch[0])
-            if count > sort_rows:
+            if held and count + len(batch[0]) > sort_rows:  # spilled before it would hold more than sort_rows
                 if folder is None:
                     folder = tempfile.mkdtemp(prefix="daskjoin-sort-", dir=spill_dir or _spill_dir())
                 runs.append(_Run(folder, len(runs), *_sort(*_concat(held))))
                 held, count = [], 0
+            held.append(batch)
+            count += len(batch[0])
         if not runs:
             if held:
                 yield from _pieces(*(_concat(held) if in_order else _sort(*_concat(held))), rows)

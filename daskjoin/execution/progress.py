@@ -29,11 +29,25 @@ def raise_if_interrupted() -> None:
         raise kind()
 
 
-def wait_all(client, futures, *, progress: bool = False, desc: str = "tasks") -> list:
-    """Results of ``futures`` in submission order; a failed task raises its own error."""
-    from distributed import as_completed
+def _postfix(pairs: int, nbytes: int, seconds: float) -> str:
+    from dask.utils import format_bytes
+
+    rate = pairs / seconds if seconds > 0 else 0.0
+    text = f"{pairs:,} pairs, {rate / 1e6:,.1f}M pairs/s"
+    return text + (f", {format_bytes(nbytes)} written" if nbytes else "")
+
+
+def wait_all(client, futures, *, progress: bool = False, desc: str = "tasks", tally=None) -> list:
+    """Results of ``futures`` in submission order; a failed task raises its own error.
+
+    ``tally(result) -> (pairs, bytes)``: what a finished task adds to the bar's pairs found,
+    pairs/s and bytes written.
+    """
+    import time
 
     bar = None
+    pairs = nbytes = 0
+    start = time.perf_counter()
     try:
         raise_if_interrupted()
         if progress and futures:
@@ -41,13 +55,22 @@ def wait_all(client, futures, *, progress: bool = False, desc: str = "tasks") ->
 
             bar = tqdm(total=len(futures), desc=desc, unit="task")
             # the in-process runner has its own (concurrent.futures); a Dask client needs its loop
-            completed = client.as_completed(futures) if hasattr(client, "as_completed") else \
-                as_completed(futures, loop=client.loop)
+            if hasattr(client, "as_completed"):
+                completed = client.as_completed(futures)
+            else:
+                from distributed import as_completed
+
+                completed = as_completed(futures, loop=client.loop)
             for future in completed:
-                if getattr(future, "status", None) == "error" or (
-                        not hasattr(future, "status") and future.exception() is not None):
-                    future.result()  # raises the task's exception here
+                result = None
+                # a failed task raises its own exception here (a Dask future's result is fetched only when needed)
+                if tally is not None or getattr(future, "status", "error") == "error":
+                    result = future.result()
                 raise_if_interrupted()
+                if tally is not None:
+                    got = tally(result)
+                    pairs, nbytes = pairs + got[0], nbytes + got[1]
+                    bar.set_postfix_str(_postfix(pairs, nbytes, time.perf_counter() - start), refresh=False)
                 bar.update(1)
             bar.close()
         return client.gather(futures)

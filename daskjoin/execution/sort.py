@@ -84,6 +84,39 @@ def _boundaries(stats: BlockStats, dim: int, nbuckets: int):
     return tuple(float(k) for k in keys[picks]), tuple(int(r) for r in rows[picks])
 
 
+def sort_zarr_here(source: ZarrSource, dim: int, path: str) -> SortedCopy:
+    """Write the sorted copy of ``source`` to ``path`` from memory, in this process: one read, one radix
+    argsort (:mod:`daskjoin.kernels.key_sort`), one write; for inputs that fit a task's memory budget
+    when the join runs in this process (no cluster to spread a sample sort over)."""
+    import zarr
+
+    from ..kernels.key_sort import argsort_keys
+
+    n, d, chunk = source.n, source.d, source.chunk_rows
+    points = np.asarray(source.read(0, n))
+    keys = points[:, dim].astype(np.float64)
+    order = argsort_keys(keys)
+    tmp = commit.temp_path(path)
+    try:
+        out = zarr.open_group(tmp, mode="w")
+        out.attrs["daskjoin"] = {"kind": "sorted-copy", "dim": int(dim), "source": source.label, "n": int(n),
+                                 "layout": LAYOUT}
+        full = {"write_empty_chunks": True}  # every chunk on disk: a missing one is damage, never zeros
+        sorted_keys = keys[order]
+        key_index = sorted_keys[::KEY_STRIDE]
+        for name, data, chunks in (("points", points[order], (chunk, d)), ("ids", order, (chunk,)),
+                                   ("keys", sorted_keys, (chunk,)), ("key_index", key_index, (max(1, len(key_index)),))):
+            # uncompressed: written and read at memory speed (ids of shuffled rows hardly compress anyway)
+            target = out.create_array(name, shape=data.shape, chunks=chunks, dtype=data.dtype, compressors=None,
+                                      config=full)
+            if data.shape[0]:
+                target[...] = data
+        commit.replace_dir(tmp, path, replace=True)
+    finally:
+        commit.remove_path(tmp)
+    return open_sorted(path, dim)
+
+
 def sort_zarr(source: ZarrSource, dim: int, stats: BlockStats, path: str, client, *, bucket_bytes: int) -> SortedCopy:
     """Write the sorted copy of ``source`` to ``path`` (a Zarr group) with ``client``; return it."""
     import dask

@@ -21,6 +21,7 @@ import contextlib
 import functools
 import os
 import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -79,8 +80,14 @@ def sort_rows(job=None) -> int:
 
 
 def _sorted_pieces(job, part):
-    """The partition's pairs sorted by (i, j), in pieces of one row group: the same bytes wherever the task runs."""
-    return sorted_pieces(job.batches(part, max_batch_pairs()), max_batch_pairs(), sort_rows(job))
+    """The partition's pairs sorted by (i, j), in pieces of one row group: the same bytes wherever the task runs.
+
+    Batches are asked as large as the in-memory sort holds (the planner sized the partition for
+    it): a partition that meets its estimate comes in one batch, which spares the kernel a
+    counting pass; one that exceeds it still comes bounded, and is sorted in spilled runs.
+    """
+    rows = sort_rows(job)
+    return sorted_pieces(job.batches(part, rows), max_batch_pairs(), rows)
 
 
 def _set_threads() -> None:
@@ -135,7 +142,7 @@ def partition_frame(part, job) -> pd.DataFrame:
     """The pairs of one partition as a DataFrame (the body of each ``dd.from_map`` task)."""
     name = None if job.value is None else job.value[0]
     # a frame holds its partition whole anyway: the batches joined once and sorted once (no pieces)
-    whole = sorted_whole(job.batches(part, max_batch_pairs()))
+    whole = sorted_whole(job.batches(part, sort_rows(job)))
     if whole is None:
         return meta_frame(job.value)
     return to_frame(*whole, name=name)
@@ -153,6 +160,23 @@ def partition_to_parquet(part, job, out_dir: str) -> list[dict]:
     return their manifest entries."""
     from ..io.parquet_out import write_partition
 
+    clock = [0.0]
     # closed on failure too: a spilled sort's runs are removed at once, not when the traceback is collected
     with contextlib.closing(_sorted_pieces(job, part)) as pieces:
-        return write_partition(out_dir, part.index, pieces, value=job.value)
+        entries = write_partition(out_dir, part.index, _timed(pieces, clock), value=job.value)
+    for entry in entries:  # the partition's kernel and sort time, shared out so that sums over files add up
+        entry["compute_s"] = clock[0] / len(entries)
+    return entries
+
+
+def _timed(items, clock: list):
+    """``items`` passed on, the time spent producing them added to ``clock[0]``."""
+    while True:
+        start = time.perf_counter()
+        try:
+            item = next(items)
+        except StopIteration:
+            clock[0] += time.perf_counter() - start
+            return
+        clock[0] += time.perf_counter() - start
+        yield item

@@ -100,7 +100,8 @@ def write_partition(out_dir: str, index: int, pieces, *, value: tuple | None = D
     produced; at most :func:`writer_threads` pieces are in flight.  ``value`` names the third
     column and its dtype (None: no third column).  A partition without pairs writes one empty
     file (its schema).  On failure the files this call wrote are removed, so a partition's files
-    are all there or none.  Returns the manifest entries (file, rows, bytes), in piece order.
+    are all there or none.  Returns the manifest entries (file, rows, bytes, seconds spent writing),
+in piece order.
     """
     pool, limit = _pool(), writer_threads()
     slots = threading.BoundedSemaphore(limit)
@@ -108,7 +109,9 @@ def write_partition(out_dir: str, index: int, pieces, *, value: tuple | None = D
 
     def run(path, piece):
         try:
-            return write_piece(path, piece, value)
+            start = time.perf_counter()
+            size = write_piece(path, piece, value)
+            return size, time.perf_counter() - start
         finally:
             slots.release()
 
@@ -120,9 +123,12 @@ def write_partition(out_dir: str, index: int, pieces, *, value: tuple | None = D
         if not written:
             empty = np.zeros(0, np.int64)
             name = part_name(index, 0)
+            start = time.perf_counter()
             size = write_piece(os.path.join(out_dir, name), (empty, empty, empty), value)
-            return [{"file": name, "rows": 0, "bytes": int(size)}]
-        return [{"file": name, "rows": int(rows), "bytes": int(future.result())} for name, rows, future in written]
+            return [{"file": name, "rows": 0, "bytes": int(size), "write_s": time.perf_counter() - start}]
+        done = [(name, rows, future.result()) for name, rows, future in written]
+        return [{"file": name, "rows": int(rows), "bytes": int(size), "write_s": seconds}
+                for name, rows, (size, seconds) in done]
     except BaseException:
         for _, _, future in written:
             future.cancel()
@@ -232,7 +238,8 @@ class OutputRun:
         entries = sorted(entries, key=lambda e: e["file"])
         self._verify(entries)
         manifest = {"run": self.run_id, "files": [{"file": e["file"], "rows": e["rows"]} for e in entries],
-                    "rows": int(sum(e["rows"] for e in entries)), **(extra or {})}
+                    "rows": int(sum(e["rows"] for e in entries)),
+                    "bytes": int(sum(e.get("bytes") or 0 for e in entries)), **(extra or {})}
         commit.write_bytes(os.path.join(self.staging, SUCCESS),
                            json.dumps(manifest, indent=1, sort_keys=True).encode())
         try:

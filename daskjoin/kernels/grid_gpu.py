@@ -263,10 +263,12 @@ class GpuGridJoin:
         cp = cupy()
         counts = self.counts()
         cum = cp.cumsum(counts, dtype=cp.int64).get() if self.nitems else np.zeros(0, np.int64)
+        # a fill's device output stays within the device budget, whatever the host batches may hold
+        step = max(1, min(int(max_pairs), device_budget_bytes(0.4) // OUTPUT_BYTES_PER_PAIR))
         lo = 0
         done = 0
         while lo < self.nitems:
-            hi = int(np.searchsorted(cum, done + max(1, max_pairs), side="right"))
+            hi = int(np.searchsorted(cum, done + step, side="right"))
             hi = min(max(hi, lo + 1), self.nitems)
             # one item (query point, lane) with more pairs (at most len(b)) is sliced on the host
             yield from split_batch(self._fill(lo, hi, with_distance), max_pairs)

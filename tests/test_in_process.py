@@ -1,0 +1,219 @@
+"""Joins with no Dask cluster (threads of this process), the parallel Parquet writer, caches across processes.
+
+Behaviour only: what runs where, what is written, what is left after a failure; never timing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import dask
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+import daskjoin as dj
+from daskjoin.execution import cluster as cluster_mod
+from daskjoin.execution.inprocess import InProcess
+from daskjoin.io import parquet_out
+from joinhelpers import frame_triple, oracle, write_zarr
+from oracle import assert_same_pairs, oracle_self_count
+
+ROOT = Path(__file__).resolve().parents[1]
+EPS = 0.06
+
+
+@pytest.fixture
+def no_cluster(monkeypatch):
+    """No current client, no configured scheduler, and starting a local cluster fails the test."""
+    import distributed
+
+    def no_client(*args, **kwargs):
+        raise ValueError("no client")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a local cluster was started")
+
+    monkeypatch.setattr(distributed, "get_client", no_client)
+    monkeypatch.setattr(cluster_mod, "start_local", refuse)
+    monkeypatch.delenv("DASKJOIN_SCHEDULER", raising=False)
+    with dask.config.set({"scheduler-address": None}):
+        yield
+
+
+def _points(seed=0, n=2500, d=3):
+    return np.random.default_rng(seed).random((n, d))
+
+
+def _parts(path) -> list[str]:
+    return sorted(p for p in os.listdir(path) if parquet_out.PART_RE.match(p))
+
+
+def _read(path) -> pd.DataFrame:
+    return pd.concat([pq.read_table(os.path.join(path, p)).to_pandas() for p in _parts(path)], ignore_index=True)
+
+
+def test_without_a_cluster_the_join_runs_in_this_process(no_cluster, tmp_path, monkeypatch):
+    """Frame, count and Parquet of a multi-task slab plan (its sorted copy built here) all equal the oracle."""
+    from daskjoin.execution import sort as sort_mod
+
+    built = []
+    here = sort_mod.sort_zarr_here
+    monkeypatch.setattr(sort_mod, "sort_zarr_here", lambda *a, **k: built.append(1) or here(*a, **k))
+    x = _points()
+    path = write_zarr(tmp_path / "x.zarr", x, chunk_rows=300)
+    assert isinstance(cluster_mod.resolve_client(), InProcess)
+    common = dict(eps=EPS, partitioning="slabs", memory_budget="256KiB")
+    plan = dj.plan_join(path, **common)
+    assert plan.ntasks >= 3 and built == [1]
+    expected = oracle(x, None, EPS)
+    assert dj.similarity_join(path, output="count", **common) == expected[0].size
+    got = dj.similarity_join(path, **common).compute()
+    assert_same_pairs(frame_triple(got), expected, a=x, eps=EPS)
+    res = dj.similarity_join(path, out=tmp_path / "out.parquet", progress=True, **common)
+    assert res.pairs == expected[0].size and res.bytes > 0 and set(res.tasks) == {"compute_s", "write_s"}
+    back = _read(tmp_path / "out.parquet")
+    assert_same_pairs(frame_triple(back), expected, a=x, eps=EPS)
+    assert back.equals(got.reset_index(drop=True))  # the frame's rows in the files' order: sorted by (i, j)
+
+
+def test_in_process_and_cluster_write_the_same_bytes(no_cluster, tmp_path, client):
+    x = _points(1)
+    path = write_zarr(tmp_path / "x.zarr", x, chunk_rows=250)
+    common = dict(eps=EPS, memory_budget="256KiB", partitioning="chunk_pairs")
+    dj.similarity_join(path, out=tmp_path / "here.parquet", **common)
+    dj.similarity_join(path, out=tmp_path / "there.parquet", client=client, **common)
+    names = _parts(tmp_path / "here.parquet")
+    assert names == _parts(tmp_path / "there.parquet") and len(names) > 3
+    for name in names:
+        assert (tmp_path / "here.parquet" / name).read_bytes() == (tmp_path / "there.parquet" / name).read_bytes()
+
+
+@pytest.mark.parametrize("threads", [(1, 1), (4, 1), (1, 3), (4, 3)])
+def test_writer_and_task_threads_do_not_change_the_bytes(no_cluster, tmp_path, threads):
+    """Pieces written by 1 or 4 writer threads, from 1 or 3 task threads: byte-identical files."""
+    writers, tasks = threads
+    x = _points(2)
+    path = write_zarr(tmp_path / "x.zarr", x, chunk_rows=250)
+    outs = []
+    for label, w in (("one", 1), ("many", writers)):
+        out = tmp_path / f"{label}.parquet"
+        with dask.config.set({"daskjoin.writer-threads": w, "daskjoin.row-group-bytes": 20 * 700}):
+            runner = InProcess(threads=tasks if label == "many" else 1)
+            dj.similarity_join(path, eps=EPS, memory_budget="256KiB", client=runner, out=out)
+        outs.append(out)
+    names = _parts(outs[0])
+    assert names == _parts(outs[1])
+    assert sum(1 for n in names if n.endswith("-00001.parquet")) >= 1  # some partition has several pieces
+    for name in names:
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes()
+        assert pq.ParquetFile(outs[0] / name).num_row_groups <= 1
+
+
+def test_a_writer_failing_mid_partition_leaves_nothing(no_cluster, tmp_path, monkeypatch):
+    """The third piece fails: no part file, no _SUCCESS, no staging directory, and the path is free again."""
+    x = _points(3)
+    path = write_zarr(tmp_path / "x.zarr", x, chunk_rows=2500)
+    calls = []
+    real = parquet_out.write_piece
+
+    def failing(target, piece, value=parquet_out.DISTANCE):
+        calls.append(target)
+        if len(calls) == 3:
+            raise OSError("disk full (injected)")
+        return real(target, piece, value)
+
+    monkeypatch.setattr(parquet_out, "write_piece", failing)
+    out = tmp_path / "out.parquet"
+    with dask.config.set({"daskjoin.row-group-bytes": 20 * 500}):
+        with pytest.raises(OSError, match="injected"):
+            dj.similarity_join(path, eps=EPS, out=out)
+    assert len(calls) >= 3
+    assert not out.exists()
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".out.parquet")] in ([], [".out.parquet.lock"])
+    monkeypatch.setattr(parquet_out, "write_piece", real)
+    res = dj.similarity_join(path, eps=EPS, out=out)
+    assert res.pairs == oracle_self_count(x, EPS)
+
+
+def test_write_partition_removes_its_pieces_when_its_pairs_fail(tmp_path):
+    """The pieces come from the kernel and sort: a failure there after two pieces removes the two files."""
+    def pieces():
+        for k in range(2):
+            yield np.arange(k * 5, k * 5 + 5), np.arange(5) + 100, np.ones(5, np.float32)
+        raise MemoryError("kernel failed (injected)")
+
+    with pytest.raises(MemoryError):
+        parquet_out.write_partition(str(tmp_path), 7, pieces())
+    assert os.listdir(tmp_path) == []
+    entries = parquet_out.write_partition(str(tmp_path), 7, iter([]))
+    assert [e["file"] for e in entries] == ["part-00007-00000.parquet"] and entries[0]["rows"] == 0
+    assert pq.read_schema(tmp_path / entries[0]["file"]).names == ["i", "j", "dist"]
+
+
+_CACHE_PROBE = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import daskjoin as dj
+    import daskjoin.kernels.grid, daskjoin.kernels.pair_sort, daskjoin.kernels.grid_index
+    from numba.core.dispatcher import Dispatcher
+
+    x = np.random.default_rng(0).random((3000, 3))
+    n = dj.similarity_join(x, eps=0.05, output="count")
+    df = dj.similarity_join(x, eps=0.05).compute()
+    hits = misses = 0
+    for module in (daskjoin.kernels.grid, daskjoin.kernels.pair_sort, daskjoin.kernels.grid_index):
+        for f in vars(module).values():
+            if isinstance(f, Dispatcher) and f.signatures:
+                hits += sum(f.stats.cache_hits.values())
+                misses += sum(f.stats.cache_misses.values())
+    print(json.dumps({"n": n, "rows": len(df), "hits": hits, "misses": misses}))
+""")
+
+
+def test_compiled_kernels_are_reused_by_the_next_process(tmp_path):
+    """A new process loads the kernels the first one compiled (Numba's on-disk cache): no compilation."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", _CACHE_PROBE], env=env, capture_output=True, text=True,
+                              cwd=tmp_path, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["misses"] > 0  # compiled, into the empty cache
+    assert second["misses"] == 0 and second["hits"] > 0  # (callees compiled inside a cached caller are not loaded)
+    assert first["n"] == second["n"] == second["rows"]
+
+
+def test_readme_python_quickstart_runs_without_warnings(tmp_path):
+    """The README's first Python example, run as written (a store at points.zarr), with warnings as errors."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## Quickstart: Python\s+```python\n(.*?)```", text, re.S).group(1)
+    setup = "from daskjoin.io.synth import synth\nsynth('uniform', 200_000, 3, 'points.zarr', seed=0)\n"
+    script = tmp_path / "quickstart.py"
+    script.write_text(setup + block)
+    proc = subprocess.run([sys.executable, "-W", "error", str(script)], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "pairs in" in proc.stdout and "plan:" in proc.stdout
+
+
+def test_cli_reports_phases(tmp_path):
+    x = _points(4)
+    path = write_zarr(tmp_path / "x.zarr", x, chunk_rows=500)
+    timings = tmp_path / "t.json"
+    proc = subprocess.run([sys.executable, "-m", "daskjoin", "join", path, "--eps", str(EPS), "--out",
+                           str(tmp_path / "o.parquet"), "--timings", str(timings)], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(timings.read_text())
+    assert record["pairs"] == oracle_self_count(x, EPS)
+    assert {"startup_s", "client_s", "plan_s", "join_s", "plan_steps", "tasks", "bytes"} <= set(record)
+    assert "kernels and sort" in proc.stdout and "pairs/s" in proc.stderr  # summary and progress bar
