@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 
 import numpy as np
@@ -148,15 +149,16 @@ def resolve_client(client=None, *, address: str | None = None):
     """
     if client is not None:
         return client
-    from distributed import get_client
-
     address = address or os.environ.get("DASKJOIN_SCHEDULER")
     if address:
         return _connect(address)
-    try:
-        return get_client()
-    except ValueError:
-        pass
+    if "distributed" in sys.modules:  # a current client can exist only where distributed was imported
+        from distributed import get_client
+
+        try:
+            return get_client()
+        except ValueError:
+            pass
     configured = configured_address()
     if configured:
         return _connect(configured)
@@ -174,6 +176,13 @@ class ClusterRunner:
     def map(self, func, items):
         if not items:
             return []
+        from .inprocess import InProcess
+
+        if isinstance(self.client, InProcess):  # a pass over data in this process: every core reads
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max(1, os.cpu_count() or 1), thread_name_prefix="daskjoin-pass") as pool:
+                return list(pool.map(func, items))
         return self.client.gather(self.client.map(func, items, pure=False))
 
     #: bytes per row a sorted copy built in memory holds besides two copies of the row: keys, their

@@ -90,7 +90,7 @@ def sort_zarr_here(source: ZarrSource, dim: int, path: str) -> SortedCopy:
     when the join runs in this process (no cluster to spread a sample sort over)."""
     import zarr
 
-    from ..kernels.key_sort import argsort_keys
+    from ..kernels.key_sort import argsort_keys, take
 
     n, d, chunk = source.n, source.d, source.chunk_rows
     points = np.asarray(source.read(0, n))
@@ -102,9 +102,9 @@ def sort_zarr_here(source: ZarrSource, dim: int, path: str) -> SortedCopy:
         out.attrs["daskjoin"] = {"kind": "sorted-copy", "dim": int(dim), "source": source.label, "n": int(n),
                                  "layout": LAYOUT}
         full = {"write_empty_chunks": True}  # every chunk on disk: a missing one is damage, never zeros
-        sorted_keys = keys[order]
+        sorted_keys = take(keys, order)
         key_index = sorted_keys[::KEY_STRIDE]
-        for name, data, chunks in (("points", points[order], (chunk, d)), ("ids", order, (chunk,)),
+        for name, data, chunks in (("points", take(points, order), (chunk, d)), ("ids", order, (chunk,)),
                                    ("keys", sorted_keys, (chunk,)), ("key_index", key_index, (max(1, len(key_index)),))):
             # uncompressed: written and read at memory speed (ids of shuffled rows hardly compress anyway)
             target = out.create_array(name, shape=data.shape, chunks=chunks, dtype=data.dtype, compressors=None,

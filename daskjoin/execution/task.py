@@ -24,7 +24,6 @@ import sys
 import time
 
 import numpy as np
-import pandas as pd
 
 from .. import config
 from .pair_order import sorted_pieces, sorted_whole
@@ -32,15 +31,19 @@ from .pair_order import sorted_pieces, sorted_whole
 PAIR_ROW_BYTES = 20
 
 
-def meta_frame(value: tuple | None = ("dist", "float32")) -> pd.DataFrame:
+def meta_frame(value: tuple | None = ("dist", "float32")):
     """The empty frame of a join's output: ``i``, ``j`` (int64) and the optional value column."""
+    import pandas as pd  # here: a count or a Parquet run never loads pandas
+
     cols = {"i": np.zeros(0, np.int64), "j": np.zeros(0, np.int64)}
     if value is not None:
         cols[value[0]] = np.zeros(0, value[1])
     return pd.DataFrame(cols)
 
 
-def to_frame(i, j, dist, name: str = "dist") -> pd.DataFrame:
+def to_frame(i, j, dist, name: str = "dist"):
+    import pandas as pd
+
     cols = {"i": i, "j": j}
     if dist is not None:
         cols[name] = dist
@@ -96,6 +99,8 @@ def _set_threads() -> None:
 
     wanted = config.get("numba-threads")
     if wanted is None:
+        if "distributed" not in sys.modules:
+            return  # not a Dask worker (a join in this process): every core
         try:
             from distributed import get_worker
 
@@ -138,7 +143,7 @@ def _task_body(func):
 
 
 @_task_body
-def partition_frame(part, job) -> pd.DataFrame:
+def partition_frame(part, job):
     """The pairs of one partition as a DataFrame (the body of each ``dd.from_map`` task)."""
     name = None if job.value is None else job.value[0]
     # a frame holds its partition whole anyway: the batches joined once and sorted once (no pieces)

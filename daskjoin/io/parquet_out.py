@@ -26,8 +26,6 @@ import uuid
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .. import config
 from ..validation import InputError
@@ -40,8 +38,10 @@ PART_PREFIX = "part-"
 DISTANCE = ("dist", "float32")
 
 
-def schema(value: tuple | None = DISTANCE) -> pa.Schema:
-    """Columns i, j (int64) and an optional value column given as (name, numpy dtype name)."""
+def schema(value: tuple | None = DISTANCE):
+    """Columns i, j (int64) and an optional value column given as (name, numpy dtype name): a ``pyarrow.Schema``."""
+    import pyarrow as pa  # here: a count or a frame never loads pyarrow
+
     fields = [pa.field("i", pa.int64(), nullable=False), pa.field("j", pa.int64(), nullable=False)]
     if value is not None:
         fields.append(pa.field(value[0], pa.from_numpy_dtype(np.dtype(value[1])), nullable=False))
@@ -63,6 +63,9 @@ ENCODING = dict(compression="none", use_dictionary=False,
 
 def write_piece(path: str, piece, value: tuple | None = DISTANCE) -> int:
     """Write one piece of pairs ``(i, j, value)`` as one file of one row group, atomically; return its bytes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     i, j, v = piece
     sch = schema(value)
     cols = [pa.array(np.asarray(i, np.int64)), pa.array(np.asarray(j, np.int64))]

@@ -16,7 +16,6 @@ from .. import config
 from ..caches import CACHE
 from ..io import commit
 from ..io.zarr_in import MemorySource, Source, ZarrSource
-from ..validation import first_nonfinite_row
 from . import cache
 
 Mapper = Callable[[Callable, list], list]
@@ -55,15 +54,14 @@ class _BlockJob:
 
 
 def _one_block(job: _BlockJob) -> dict:
+    from ..kernels.summary import block_summary
+
     block = job.source.read(job.start, job.stop)
-    bad = first_nonfinite_row(block)
+    lo, hi, bad = block_summary(block)  # one pass at memory speed (the GIL released: blocks run on threads)
     picks = np.arange(0, block.shape[0], job.sample_step)
-    finite = np.isfinite(block).all(axis=1) if block.dtype.kind == "f" else np.ones(block.shape[0], bool)
-    good = block[finite]
-    d = block.shape[1]
     return {
-        "lo": good.min(axis=0).astype(np.float64) if good.shape[0] else np.full(d, np.inf),
-        "hi": good.max(axis=0).astype(np.float64) if good.shape[0] else np.full(d, -np.inf),
+        "lo": lo,
+        "hi": hi,
         "bad": -1 if bad < 0 else job.start + bad,
         "sample": block[picks].astype(np.float64),
         "rows": picks.astype(np.int64) + job.start,
