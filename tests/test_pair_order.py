@@ -220,3 +220,35 @@ def test_in_memory_sort_bounded_by_the_plan_budget():
     from daskjoin.kinds.sets import SetJob
 
     assert SetJob.from_plan(plan, SetSource(), None).memory_budget == 32 * 10**6
+
+
+def test_a_sorted_run_is_streamed_not_held():
+    """SortedRun batches (a driver that sorted on the device) become pieces as they come: the first piece
+    is out before the driver made its second batch."""
+    from daskjoin.kernels.registry import SortedRun
+
+    made = []
+
+    def batches():
+        for k in range(4):
+            made.append(k)
+            i = np.arange(k * 10, k * 10 + 10, dtype=np.int64)
+            yield SortedRun((i, i + 100, np.zeros(10, np.float32)))
+
+    pieces = sorted_pieces(batches(), rows=10, sort_rows=1000)
+    first = next(pieces)
+    assert made == [0] and list(first[0]) == list(range(10))
+    rest = list(pieces)
+    assert len(rest) == 3 and made == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("broken", ["unsorted", "overlap", "plain_after"])
+def test_a_broken_sorted_run_fails_the_task(broken):
+    from daskjoin.kernels.registry import SortedRun
+
+    a = SortedRun((np.array([1, 2]), np.array([5, 6]), None))
+    b = {"unsorted": SortedRun((np.array([4, 3]), np.array([5, 6]), None)),
+         "overlap": SortedRun((np.array([2, 3]), np.array([6, 7]), None)),
+         "plain_after": (np.array([3, 4]), np.array([5, 6]), None)}[broken]
+    with pytest.raises(RuntimeError, match="out of order"):
+        list(sorted_pieces(iter([a, b]), rows=10, sort_rows=100))

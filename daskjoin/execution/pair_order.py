@@ -12,6 +12,7 @@ until ``sort_rows``; beyond that each collection is sorted and spilled to a temp
 """
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import tempfile
@@ -19,6 +20,7 @@ import tempfile
 import numpy as np
 
 from ..kernels.pair_sort import is_sorted, sort_pairs
+from ..kernels.registry import SortedRun
 
 
 
@@ -125,6 +127,22 @@ def sorted_whole(batches):
     return whole if in_order else sort_pairs(*whole)
 
 
+def _streamed(first, batches, rows: int):
+    """Pieces of a partition whose batches are one ``SortedRun``: passed on as they come, each checked
+    to be sorted and to follow the last (a driver that broke its promise fails the task, never a file)."""
+    chunker, last = _Rechunk(rows), None
+    for batch in itertools.chain([first], batches):
+        if len(batch[0]) == 0:
+            continue
+        if not isinstance(batch, SortedRun) or not is_sorted(batch[0], batch[1]) or (
+                last is not None and (int(batch[0][0]), int(batch[1][0])) <= last):
+            raise RuntimeError("a kernel driver's sorted run of pairs is out of order (a bug in daskjoin: "
+                               "please report it); nothing of this partition was committed")
+        last = (int(batch[0][-1]), int(batch[1][-1]))
+        yield from chunker.push(*batch)
+    yield from chunker.finish()
+
+
 def sorted_pieces(batches, rows: int, sort_rows: int, spill_dir: str | None = None):
     """The pairs of ``batches`` sorted by ``(i, j)``, as pieces of exactly ``rows`` rows (the last shorter).
 
@@ -133,6 +151,14 @@ def sorted_pieces(batches, rows: int, sort_rows: int, spill_dir: str | None = No
     """
     rows = max(1, int(rows))
     sort_rows = max(rows, int(sort_rows))
+    batches = iter(batches)
+    first = next((b for b in batches if len(b[0])), None)
+    if first is None:
+        return
+    if isinstance(first, SortedRun):  # a driver that sorted the whole partition: streamed, checked, not held
+        yield from _streamed(first, batches, rows)
+        return
+    batches = itertools.chain([first], batches)
     held, count, runs, folder = [], 0, [], None
     # batches that arrive sorted and in sequence (a kernel that sorted on the device) need no sort; a
     # later batch may still break the sequence, so nothing is passed on before the last batch came

@@ -31,7 +31,7 @@ import os
 import numpy as np
 
 from .exact import eps_squared
-from .gpu_common import cupy, device_budget_bytes, kernel, to_host
+from .gpu_common import cupy, device_budget_bytes, kernel, sorted_to_host, to_host
 from .grid_gpu import device_bounds, to_device64
 from .registry import bounded_ranges, split_batch
 
@@ -291,12 +291,12 @@ class GpuBruteJoin:
                 count += len(i)
                 continue
             if held:  # past the budget: what is held goes first, in its own order
-                yield from self._sorted_to_host(held, step)
+                yield from (tuple(b) for b in self._sorted_to_host(held, step))  # not a run: more follow
                 held = []
             spilled = True
             yield to_host(i, j, d)
         if held:
-            yield from self._sorted_to_host(held, step)
+            yield from self._sorted_to_host(held, step)  # every pair of the call, sorted: one run
 
     def _sorted_to_host(self, held, step: int):
         cp = cupy()
@@ -307,5 +307,4 @@ class GpuBruteJoin:
         i, j = i[order], j[order]
         d = None if d is None else d[order]
         del order
-        for at in range(0, int(i.shape[0]), step):
-            yield to_host(i[at:at + step], j[at:at + step], None if d is None else d[at:at + step])
+        yield from sorted_to_host(i, j, d, step)

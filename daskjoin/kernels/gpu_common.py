@@ -65,6 +65,16 @@ def to_host(*arrays):
     return tuple(out)
 
 
+def sorted_to_host(i, j, d, max_pairs: int):
+    """Device arrays already sorted by (i, j), to the host as ``SortedRun`` batches of at most
+    ``max_pairs`` pairs and one row group each (:func:`~.registry.transfer_pairs`)."""
+    from .registry import SortedRun, transfer_pairs
+
+    step = max(1, min(int(max_pairs), transfer_pairs()))
+    for at in range(0, int(i.shape[0]), step):
+        yield SortedRun(to_host(i[at:at + step], j[at:at + step], None if d is None else d[at:at + step]))
+
+
 #: Reads larger than this go to pageable memory (pinning very large buffers costs more than it saves).
 #: Stream for stream, copies out of the device stay pinned at any size (``any_size``).
 PINNED_READ_LIMIT = 4 << 30

@@ -18,7 +18,7 @@ import threading
 import numpy as np
 
 from .exact import eps_squared
-from .gpu_common import cupy, device_budget_bytes, kernel, pinned_empty, to_host
+from .gpu_common import cupy, device_budget_bytes, kernel, pinned_empty, sorted_to_host, to_host
 from .grid_index import MAX_CELL_ID, DENSE_CELLS_PER_POINT, boundary_slack, choose_grid
 from .registry import split_batch
 
@@ -285,6 +285,4 @@ class GpuGridJoin:
         i, j = i[order], j[order]
         d = None if d is None else d[order]
         del order
-        step = max(1, int(max_pairs))
-        for at in range(0, total, step):
-            yield to_host(i[at:at + step], j[at:at + step], None if d is None else d[at:at + step])
+        yield from sorted_to_host(i, j, d, max_pairs)

@@ -102,6 +102,26 @@ def make(kind: str, method: str, backend: str, /, *args, **options):
 # ------------------------------------------------------------------ protocol helpers for drivers
 
 
+class SortedRun(tuple):
+    """A batch ``(i, j, value)`` that continues its driver call's run of pairs sorted by ``(i, j)``.
+
+    A driver that sorted all of a call's pairs (on the device) yields them as ``SortedRun``
+    batches: each is sorted, and sorts after every earlier ``SortedRun`` batch of the same call.
+    The task then streams them to the sink as they come (checking the order, not sorting), so
+    neither the partition nor its sort is held in host memory.  Plain tuples promise nothing.
+    """
+
+    __slots__ = ()
+
+
+def transfer_pairs() -> int:
+    """Pairs of one ``SortedRun`` batch a GPU driver moves to the host: one Parquet row group, so the
+    task writes each batch as it came (no copy) and pinned buffers of one size are reused."""
+    from .. import config
+
+    return max(1, config.parse_bytes(config.get("row-group-bytes")) // 20)
+
+
 def bounded_ranges(counts, max_pairs: int):
     """Consecutive ranges ``(lo, hi)`` of items covering ``counts`` whose pairs sum to at most ``max_pairs``.
 

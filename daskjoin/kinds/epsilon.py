@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels import get_kernel, host_allocator, resolve_backend
+from ..kernels.registry import SortedRun
 from ..planning.plan import Partition, Plan
 from ..planning.sorted_copy import SortedCopy
 
@@ -98,31 +99,40 @@ class _Sides:
         if part.b is not None:
             self.pb, self.ib = _read(job.reader_b if job.reader_b is not None else job.reader_a, part.b, empty)
 
-    def _globalize(self, li, lj, dist, cross: bool):
+    def _globalize(self, batch, cross: bool, one_stream: bool = False):
+        li, lj, dist = batch
         ids_b = self.ib if cross else self.ia
+        offsets = isinstance(self.ia, int) and isinstance(ids_b, int)
         i, j = _to_original(li, self.ia), _to_original(lj, ids_b)
-        if self.job.selfjoin and not (isinstance(self.ia, int) and isinstance(ids_b, int)):
+        if self.job.selfjoin and not offsets:
             # sorted copies reorder rows: restore i < j (row offsets keep the kernels' order:
             # a chunk-pair task's first block always precedes its second)
             i, j = np.minimum(i, j), np.maximum(i, j)
+        if one_stream and offsets and isinstance(batch, SortedRun):
+            return SortedRun((i, j, dist))  # offsets keep (i, j) order: still the partition's sorted run
         return i, j, dist
 
     def batches(self, max_pairs: int | None):
-        """(i, j, dist) arrays in global ids; bounded batches when ``max_pairs`` is given."""
+        """(i, j, dist) arrays in global ids; bounded batches when ``max_pairs`` is given.
+
+        A kernel's ``SortedRun`` stays one where the partition is one kernel call (a block, or a
+        pair of blocks) read by row offsets: the task then streams it without sorting.
+        """
         kernel = self.kernel
         eps, wd = self.job.eps, self.job.with_distance
+        one = not (self.part.self_part and self.part.b is not None)
         if self.part.self_part:
             if max_pairs is None:
-                yield self._globalize(*kernel.self_join(self.pa, eps, wd), cross=False)
+                yield self._globalize(kernel.self_join(self.pa, eps, wd), cross=False)
             else:
                 for got in kernel.self_batches(self.pa, eps, max_pairs, wd):
-                    yield self._globalize(*got, cross=False)
+                    yield self._globalize(got, cross=False, one_stream=one)
         if self.part.b is not None:
             if max_pairs is None:
-                yield self._globalize(*kernel.cross_join(self.pa, self.pb, eps, wd), cross=True)
+                yield self._globalize(kernel.cross_join(self.pa, self.pb, eps, wd), cross=True)
             else:
                 for got in kernel.cross_batches(self.pa, self.pb, eps, max_pairs, wd):
-                    yield self._globalize(*got, cross=True)
+                    yield self._globalize(got, cross=True, one_stream=one)
 
     def count(self) -> int:
         kernel = self.kernel
