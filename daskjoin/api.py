@@ -247,7 +247,7 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
         plan = _plan(checked, **plan_options)
         if output == "count":
             return graph.count(JoinJob.from_plan(plan, False), plan.partitions, client, progress=progress)
-        return graph.to_dataframe(JoinJob.from_plan(plan, with_distance), plan.partitions,
+        return graph.to_dataframe(JoinJob.from_plan(plan, with_distance), plan.partitions, client=client,
                                   cache_key=(id(plan), with_distance), owner=plan)
     with OutputRun(out, overwrite) as run:  # owned from before planning: a second writer fails at once
         start = time.perf_counter()

@@ -161,7 +161,7 @@ def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", metho
         if output == "count":
             return graph.count(job, plan.blocks, client, progress=progress)
         if out is None:
-            return graph.to_dataframe(job, plan.blocks)
+            return graph.to_dataframe(job, plan.blocks, client=client)
         t = plan.threshold
         extra = {"measure": t.measure, "threshold": str(t.exact), "method": plan.algorithm,
                  "algorithm": plan.algorithm, "selfjoin": plan.selfjoin}  # "algorithm": the old key, kept

@@ -217,3 +217,16 @@ def test_cli_reports_phases(tmp_path):
     assert record["pairs"] == oracle_self_count(x, EPS)
     assert {"startup_s", "client_s", "plan_s", "join_s", "plan_steps", "tasks", "bytes"} <= set(record)
     assert "kernels and sort" in proc.stdout and "pairs/s" in proc.stderr  # summary and progress bar
+
+
+def test_in_memory_input_is_shipped_once_not_in_the_graph(client):
+    """A 16 MB numpy input with a cluster: scattered once; no "large graph" warning; the same pairs."""
+    import warnings
+
+    x = np.random.default_rng(5).random((1_000_000, 2))
+    eps = 0.0005
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = dj.similarity_join(x, eps=eps, client=client).compute()
+    assert not [w for w in caught if "large graph" in str(w.message)], [str(w.message) for w in caught]
+    assert len(got) == dj.similarity_join(x, eps=eps, output="count", client=InProcess())  # (exactness: elsewhere)

@@ -16,11 +16,14 @@ from .task import meta_frame, partition_count, partition_frame, partition_to_par
 SCATTER_BYTES = 1 << 20
 
 
-def to_dataframe(job, parts, *, cache_key=None, owner=None):
+def to_dataframe(job, parts, *, client=None, cache_key=None, owner=None):
     """A lazy Dask DataFrame of the pairs, one partition per plan partition.
 
-    ``cache_key``/``owner``: a repeated join of the same (cached) plan gets a shallow copy of
-    the frame built the first time: same graph and keys, no new tokenizing.
+    With a Dask cluster's ``client``, a job carrying in-memory data is scattered to the workers
+    once and its future goes into the graph (the data is not embedded in the graph: no
+    "large graph" warning, no copy per compute).  ``cache_key``/``owner``: a repeated join of
+    the same (cached) plan gets a shallow copy of the frame built the first time: same graph
+    and keys, no new tokenizing.
     """
     if cache_key is not None:
         hit = CACHE.get("frames", cache_key)  # cache key -> (owner, frame)
@@ -31,18 +34,25 @@ def to_dataframe(job, parts, *, cache_key=None, owner=None):
     if not parts:
         frame = dd.from_pandas(meta_frame(job.value), npartitions=1)
     else:
-        frame = dd.from_map(partition_frame, list(parts), args=[job], meta=meta_frame(job.value), label=job.label,
-                            enforce_metadata=False)
+        frame = dd.from_map(partition_frame, list(parts), args=[_shipped(client, job)], meta=meta_frame(job.value),
+                            label=job.label, enforce_metadata=False)
     if cache_key is not None:
         CACHE.put("frames", cache_key, (owner, frame))
     return frame.copy()
 
 
+def _shipped(client, job):
+    """The job as tasks get it: scattered once to a Dask cluster where it carries in-memory data (a round
+    trip, worth it only then), else itself (no cluster, or nothing large: it rides with the graph)."""
+    if client is None or getattr(client, "scheduler", None) is None or job.in_memory_bytes() <= SCATTER_BYTES:
+        return job
+    [future] = client.scatter([job], hash=False)
+    return future
+
+
 def _submit(client, func, job, parts, **kwargs):
     raise_if_interrupted()  # one that landed where it could not raise (see .progress)
-    if job.in_memory_bytes() > SCATTER_BYTES:
-        [job] = client.scatter([job], hash=False)  # a round trip, worth it only for in-memory data
-    return client.map(func, list(parts), job=job, pure=False, **kwargs)
+    return client.map(func, list(parts), job=_shipped(client, job), pure=False, **kwargs)
 
 
 def count(job, parts, client, *, progress: bool = False) -> int:
