@@ -139,6 +139,19 @@ def _drive(method, backend, a, b, eps, **options):
     return registry.make("epsilon", method, backend, a, b, eps, **options)
 
 
+def _check_sorted_runs(batches, context):
+    """A driver that yields ``SortedRun`` batches yields only those, all of them one run sorted by (i, j)."""
+    from daskjoin.kernels.registry import SortedRun
+
+    runs = [isinstance(p, SortedRun) for p in batches if len(p[0])]
+    if not any(runs):
+        return
+    assert all(runs), (context, "plain batches mixed into a sorted run")
+    i = np.concatenate([np.asarray(p[0]) for p in batches])
+    j = np.concatenate([np.asarray(p[1]) for p in batches])
+    assert np.all((i[1:] > i[:-1]) | ((i[1:] == i[:-1]) & (j[1:] > j[:-1]))), (context, "sorted run out of order")
+
+
 def _check_protocol(make, expected, max_pairs, context, *, a=None, b=None, eps=None):
     """count, pairs and batches of fresh drivers from ``make()`` against ``expected`` (i, j, value)."""
     n = len(expected[0])
@@ -148,6 +161,7 @@ def _check_protocol(make, expected, max_pairs, context, *, a=None, b=None, eps=N
     assert_same_pairs(got, expected, context=context, a=a, b=b, eps=eps)
     batches = list(make().batches(max_pairs))
     assert all(len(p[0]) <= max_pairs for p in batches), (context, [len(p[0]) for p in batches])
+    _check_sorted_runs(batches, context)
     if batches:
         joined = tuple(np.concatenate([np.asarray(p[t]) for p in batches]) for t in range(3))
     else:

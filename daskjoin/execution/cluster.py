@@ -181,8 +181,10 @@ class ClusterRunner:
         if isinstance(self.client, InProcess):  # a pass over data in this process: every core reads
             from concurrent.futures import ThreadPoolExecutor
 
+            # the first item alone: it loads what every item needs (compiled kernels) once, not once per thread
+            first = [func(items[0])]
             with ThreadPoolExecutor(max(1, os.cpu_count() or 1), thread_name_prefix="daskjoin-pass") as pool:
-                return list(pool.map(func, items))
+                return first + list(pool.map(func, items[1:]))
         return self.client.gather(self.client.map(func, items, pure=False))
 
     #: bytes per row a sorted copy built in memory holds besides two copies of the row: keys, their

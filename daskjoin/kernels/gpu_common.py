@@ -66,12 +66,17 @@ def to_host(*arrays):
 
 
 def sorted_to_host(i, j, d, max_pairs: int):
-    """Device arrays already sorted by (i, j), to the host as ``SortedRun`` batches of at most
-    ``max_pairs`` pairs and one row group each (:func:`~.registry.transfer_pairs`)."""
+    """Device arrays already sorted by (i, j), checked on the device, to the host as ``SortedRun`` batches
+    of at most ``max_pairs`` pairs and one row group each (:func:`~.registry.transfer_pairs`)."""
     from .registry import SortedRun, transfer_pairs
 
+    cp = cupy()
+    n = int(i.shape[0])
+    # the promise checked where it is cheap (one pass on the device): strictly increasing (i, j)
+    if n > 1 and bool(cp.any((i[1:] < i[:-1]) | ((i[1:] == i[:-1]) & (j[1:] <= j[:-1])))):
+        raise RuntimeError("pairs sorted on the device are out of order (a bug in daskjoin: please report it)")
     step = max(1, min(int(max_pairs), transfer_pairs()))
-    for at in range(0, int(i.shape[0]), step):
+    for at in range(0, n, step):
         yield SortedRun(to_host(i[at:at + step], j[at:at + step], None if d is None else d[at:at + step]))
 
 

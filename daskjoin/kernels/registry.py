@@ -106,9 +106,10 @@ class SortedRun(tuple):
     """A batch ``(i, j, value)`` that continues its driver call's run of pairs sorted by ``(i, j)``.
 
     A driver that sorted all of a call's pairs (on the device) yields them as ``SortedRun``
-    batches: each is sorted, and sorts after every earlier ``SortedRun`` batch of the same call.
-    The task then streams them to the sink as they come (checking the order, not sorting), so
-    neither the partition nor its sort is held in host memory.  Plain tuples promise nothing.
+    batches: each is sorted (the driver checked it, on the device), and sorts after every
+    earlier ``SortedRun`` batch of the same call.  The task then streams them to the sink as
+    they come (checking only where one batch meets the next), so neither the partition nor its
+    sort is held in host memory.  Plain tuples promise nothing.
     """
 
     __slots__ = ()
