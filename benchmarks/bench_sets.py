@@ -368,8 +368,15 @@ def kernel_rows(data: Dataset, t: float, configs, args, backends) -> dict:
 # --------------------------------------------------------------------------- end to end
 
 
-def start_cluster(want_gpu: bool):
-    """(client, cluster, description): a one-worker LocalCUDACluster on a GPU machine, else a LocalCluster."""
+def start_cluster(want_gpu: bool, runner: str = "in-process"):
+    """(client, cluster, description): daskjoin's own runner without a cluster (threads of this process,
+    the default a user meets), or with ``runner="cluster"`` a one-worker LocalCUDACluster on a GPU
+    machine, else a LocalCluster."""
+    if runner == "in-process":
+        from daskjoin.execution.inprocess import InProcess
+
+        client = InProcess()
+        return client, None, f"in-process ({client.threads} task threads: daskjoin's default without a cluster)"
     from distributed import Client, LocalCluster
 
     from daskjoin.execution.cluster import local_cluster_options
@@ -893,6 +900,9 @@ def parse_args(argv=None):
                              "configuration (gpu/block where there is a GPU, else cpu), count only, and the "
                              "end-to-end count on the same backend (default 3e8; inf: every row)")
     parser.add_argument("--skip-e2e", action="store_true", help="no end-to-end rows (no cluster is started)")
+    parser.add_argument("--runner", choices=("in-process", "cluster"), default="in-process",
+                        help="end-to-end rows on daskjoin's default runner (threads of this process) or on a "
+                             "one-worker local (CUDA) cluster")
     parser.add_argument("--skip-peer", action="store_true", help="do not run SetSimilaritySearch")
     parser.add_argument("--skip-verify", action="store_true", help="no GPU-vs-CPU verification measurement")
     parser.add_argument("--peer-timeout", type=float, default=None,
@@ -993,7 +1003,7 @@ def main(args) -> int:
 
     try:
         if not args.skip_e2e:
-            client, cluster, cluster_desc = start_cluster("gpu" in backends)
+            client, cluster, cluster_desc = start_cluster("gpu" in backends, args.runner)
         for name in args.datasets:
             n = args.kosarak_n if name == "kosarak" else args.dblp_n
             data = Dataset(name, n, args.seed, tmp, write_store=not args.skip_e2e)
@@ -1043,6 +1053,7 @@ def main(args) -> int:
     finally:
         if client is not None:
             client.close()
+        if cluster is not None:
             cluster.close()
         if tmp_owned:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -112,7 +112,7 @@ def check_output(out, overwrite: bool, protected: dict) -> str:
 
 
 
-def _plan(checked, *, method, partitioning, backend, client, gpu_options=None) -> Plan:
+def _plan(checked, *, method, partitioning, backend, client, gpu_options=None, count_only=False) -> Plan:
     eps, src_a, src_b, budget = checked
     workers = worker_info(client) if budget == "auto" or backend != "cpu" else None
     if budget == "auto":
@@ -123,7 +123,8 @@ def _plan(checked, *, method, partitioning, backend, client, gpu_options=None) -
         chosen, _ = choose_method(method, src_a.d, gpu=on_gpu)
         options = tuple(sorted(check_gpu_options("epsilon", chosen, gpu_options).items()))
     plan = make_plan(src_a, src_b, eps, method=method, partitioning=partitioning, backend=resolved_backend,
-                     memory_budget=budget, runner=ClusterRunner(client), gpu=on_gpu, cluster=cluster_id(client))
+                     memory_budget=budget, runner=ClusterRunner(client), gpu=on_gpu, cluster=cluster_id(client),
+                     count_only=count_only)
     if options:
         key = (id(plan), options)
         hit = CACHE.get("plan-options", key)
@@ -134,7 +135,7 @@ def _plan(checked, *, method, partitioning, backend, client, gpu_options=None) -
 
 
 def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto", backend: str = "auto",
-              memory_budget=None, client=None) -> Plan:
+              memory_budget=None, client=None, output: str = "pairs") -> Plan:
     """Plan an ε-join without running it.
 
     Reads only metadata, one cached statistics pass and a sample (plus, for
@@ -154,6 +155,9 @@ def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto
         Memory one task may use (default ``daskjoin.memory-budget``: "auto", a quarter of the
         smallest worker's memory per thread, between 256 MiB and 16 GiB).
     client : distributed.Client, optional
+    output : {"pairs", "count"}
+        What the join will return: a count's tasks hold no pairs, so its partitions are sized
+        for the rows alone (often one task).
 
     Returns
     -------
@@ -169,10 +173,10 @@ def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto
     1
     """
     opts = check_options("epsilon", eps=eps, method=method, partitioning=partitioning, backend=backend,
-                         memory_budget=memory_budget, client=client, stacklevel=2)
+                         memory_budget=memory_budget, client=client, output=output, stacklevel=2)
     checked = _open_inputs(a, b, opts)
     return _plan(checked, method=opts["method"], partitioning=opts["partitioning"], backend=opts["backend"],
-                 client=resolve(client))
+                 client=resolve(client), count_only=opts["output"] == "count")
 
 
 def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto", backend: str = "auto",
@@ -244,7 +248,7 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
     plan_options = dict(method=opts["method"], partitioning=opts["partitioning"], backend=opts["backend"],
                         client=client, gpu_options=opts["gpu_options"])
     if out is None:
-        plan = _plan(checked, **plan_options)
+        plan = _plan(checked, **plan_options, count_only=output == "count")
         if output == "count":
             return graph.count(JoinJob.from_plan(plan, False), plan.partitions, client, progress=progress)
         return graph.to_dataframe(JoinJob.from_plan(plan, with_distance), plan.partitions, client=client,

@@ -170,7 +170,7 @@ def _join(args) -> int:
     client = _client(args)
     clock.mark("client_s")
     # planned first (the join reuses the cached plan), so plan and join time are told apart
-    plan = dj.plan_join(args.a, args.b, client=client, **common)
+    plan = dj.plan_join(args.a, args.b, client=client, output="count" if args.count else "pairs", **common)
     clock.mark("plan_s")
     clock.record["plan_steps"] = [{"name": s.name, "seconds": round(s.seconds, 3), "cached": s.cached,
                                    "reads": s.reads} for s in plan.steps]

@@ -230,3 +230,17 @@ def test_in_memory_input_is_shipped_once_not_in_the_graph(client):
         got = dj.similarity_join(x, eps=eps, client=client).compute()
     assert not [w for w in caught if "large graph" in str(w.message)], [str(w.message) for w in caught]
     assert len(got) == dj.similarity_join(x, eps=eps, output="count", client=InProcess())  # (exactness: elsewhere)
+
+
+def test_a_count_is_planned_for_rows_alone(tmp_path):
+    """A count holds no pairs: its plan needs fewer tasks than the pairs' plan, and counts the same."""
+    x = _points(6, n=4000)
+    path = write_zarr(tmp_path / "x.zarr", x, chunk_rows=500)
+    common = dict(eps=0.08, memory_budget="1MiB", client=InProcess())
+    pairs_plan = dj.plan_join(path, **common)
+    count_plan = dj.plan_join(path, output="count", **common)
+    assert count_plan.count_only and not pairs_plan.count_only
+    assert count_plan.ntasks < pairs_plan.ntasks and "a count holds no pairs" in count_plan.explain()
+    n = oracle_self_count(x, 0.08)
+    assert dj.similarity_join(path, output="count", **common) == n
+    assert len(dj.similarity_join(path, **common).compute()) == n

@@ -96,8 +96,9 @@ class InProcess:
         return self.submit(lambda: dask.compute(collection, scheduler="threads")[0])
 
     @staticmethod
-    def run(func) -> dict:
-        return {NAME: func()}
+    def run(func, *args, **kwargs) -> dict:
+        """``func(*args, **kwargs)`` here, keyed as a Dask client keys its workers' answers."""
+        return {NAME: func(*args, **kwargs)}
 
     def scheduler_info(self) -> dict:
         # no memory limit: the auto budget counts this host's memory, as for a local cluster

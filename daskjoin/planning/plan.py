@@ -78,6 +78,7 @@ class Plan:
     gpu_options: tuple = ()  # (name, value) pairs for the GPU driver of the method
     inputs_token: str = field(default="", repr=False)  # fingerprint of Zarr inputs, part of the tasks' keys
     steps: tuple[PlanStep, ...] = ()  # the passes over the data planning ran (or found cached)
+    count_only: bool = False  # planned for output="count": tasks hold no pairs, so partitions size for rows only
 
     @property
     def ntasks(self) -> int:
@@ -88,7 +89,8 @@ class Plan:
         return self.a.d
 
     def task_memory(self, part: Partition) -> int:
-        return part.rows * row_bytes(self.d, 8) + int(part.est_pairs * PAIR_BYTES)
+        pairs = 0 if self.count_only else int(part.est_pairs * PAIR_BYTES)
+        return part.rows * row_bytes(self.d, 8) + pairs
 
     def explain(self) -> str:
         """A human-readable account of the plan."""
@@ -102,7 +104,8 @@ class Plan:
             f"  partitioning:  {self.partitioning} - {self.partitioning_reason}",
             f"  tasks:         {self.ntasks}",
             f"  estimate:      {self.estimate.describe()}",
-            f"  memory/task:   up to ~{fmt_bytes(worst)} (budget {fmt_bytes(self.memory_budget)})",
+            f"  memory/task:   up to ~{fmt_bytes(worst)} (budget {fmt_bytes(self.memory_budget)})"
+            + (": a count holds no pairs" if self.count_only else ""),
         ]
         lines += [f"  data pass:     {step.describe()}" for step in self.steps]
         lines += [f"  note:          {note}" for note in self.notes]

@@ -127,25 +127,29 @@ def _inputs_token(fp_a: str | None, fp_b: str | None) -> str:
 
 
 def make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitioning: str, backend: str,
-              memory_budget: int, runner, gpu: bool = False, gpu_options: tuple = (), cluster=None) -> Plan:
+              memory_budget: int, runner, gpu: bool = False, gpu_options: tuple = (), cluster=None,
+              count_only: bool = False) -> Plan:
     """Plan a join: one statistics pass per input (cached for Zarr), a sampled estimate, partitions.
 
     ``cluster`` identifies the cluster the plan is for (part of the in-process cache key).
+    ``count_only``: a plan for an exact count, whose tasks hold no pairs (partitions sized by rows).
     """
     if partitioning not in PARTITIONINGS:
         raise InputError(f"partitioning must be one of {PARTITIONINGS}, got {partitioning!r}")
-    options = (method, partitioning, backend, int(memory_budget), bool(gpu), tuple(gpu_options), cluster)
+    options = (method, partitioning, backend, int(memory_budget), bool(gpu), tuple(gpu_options), cluster,
+               bool(count_only))
     key = _plan_key(a, b, eps, options)
     hit = None if key is None else CACHE.get("plans", key)
     if hit is not None and _still_there(hit):
         return CACHE.put("plans", key, _reused(hit))
     plan = _make_plan(a, b, eps, method=method, partitioning=partitioning, backend=backend,
-                      memory_budget=memory_budget, runner=runner, gpu=gpu, gpu_options=gpu_options)
+                      memory_budget=memory_budget, runner=runner, gpu=gpu, gpu_options=gpu_options,
+                      count_only=count_only)
     return plan if key is None else CACHE.put("plans", key, plan)
 
 
 def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitioning: str, backend: str,
-               memory_budget: int, runner, gpu: bool, gpu_options: tuple) -> Plan:
+               memory_budget: int, runner, gpu: bool, gpu_options: tuple, count_only: bool = False) -> Plan:
     zarr_inputs = isinstance(a, ZarrSource) and (b is None or isinstance(b, ZarrSource))
     fp_a = cache.fingerprint(a) if zarr_inputs else None
     fp_b = cache.fingerprint(b) if zarr_inputs and b is not None else None
@@ -156,8 +160,9 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     est = _estimate(stats_a, n_a, eps, stats_b, n_b, (fp_a, fp_b) if zarr_inputs else None)
     chosen_method, method_reason = cost.choose_method(method, a.d, gpu=gpu)
     total_rows = n_a + (0 if b is None else n_b)
-    fits = total_rows * row_bytes(a.d, 8) + est.upper * PAIR_BYTES <= memory_budget
-    rows = max(n_a, n_b, 1) if fits else block_rows_for(memory_budget, n_a, n_b, a.d, est.upper, a.chunk_rows)
+    held = 0.0 if count_only else est.upper  # the pairs a task holds: none when it only counts them
+    fits = total_rows * row_bytes(a.d, 8) + held * PAIR_BYTES <= memory_budget
+    rows = max(n_a, n_b, 1) if fits else block_rows_for(memory_budget, n_a, n_b, a.d, held, a.chunk_rows)
     parts, kept = plan_block_pairs(stats_a, stats_b, eps, rows, est.upper)
     nblocks = -(-max(n_a, 1) // rows)
     chosen, reason = cost.choose_partitioning(partitioning, fits_one_task=fits, kept_fraction=kept, nblocks=nblocks)
@@ -171,7 +176,7 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         if b is not None:
             reader_b, note = _sorted_step("B", b, dim, stats_b, runner, memory_budget, fp_b, steps)
             notes.append(f"B {note}")
-        slab_rows = slab_rows_for(memory_budget, n_a, n_b, a.d, est.upper)
+        slab_rows = slab_rows_for(memory_budget, n_a, n_b, a.d, held)
         parts = plan_slabs(reader_a, reader_b, eps, slab_rows, est.upper)
         reason += f"; split on dimension {dim}"
     if not parts:
@@ -181,7 +186,7 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         partitioning=chosen, partitioning_reason=reason, backend=backend, a=a, b=b,
         reader_a=reader_a, reader_b=reader_b, partitions=parts, estimate=est,
         memory_budget=memory_budget, notes=tuple(notes), gpu_options=gpu_options,
-        inputs_token=_inputs_token(fp_a, fp_b), steps=tuple(steps),
+        inputs_token=_inputs_token(fp_a, fp_b), steps=tuple(steps), count_only=bool(count_only),
     )
     worst = max(plan.task_memory(p) for p in parts)
     if worst > memory_budget:
