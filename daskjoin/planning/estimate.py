@@ -37,9 +37,12 @@ def _thin(sample: np.ndarray | None) -> np.ndarray | None:
     return sample[:: -(-sample.shape[0] // HIGH_D_SAMPLE)]
 
 
-def estimate_pairs(sample_a: np.ndarray, n_a: int, eps: float, sample_b: np.ndarray | None = None, n_b: int | None = None) -> Estimate:
+def estimate_pairs(sample_a: np.ndarray, n_a: int, eps: float, sample_b: np.ndarray | None = None, n_b: int | None = None,
+                   *, backend: str = "cpu") -> Estimate:
+    """``backend="gpu"`` where the join will run on a GPU: the sample is counted there (the same exact
+    count), so a GPU run need not load the CPU kernels at all."""
     sample_a, sample_b = _thin(sample_a), _thin(sample_b)
-    kernel = get_kernel("grid", "cpu")
+    kernel = get_kernel("grid", backend)
     m_a = sample_a.shape[0]
     if sample_b is None:
         hits = kernel.self_count(sample_a, eps) if m_a > 1 else 0

@@ -22,6 +22,7 @@ from ..validation import InputError, raise_nonfinite
 from . import cache, cost
 from .bounds import block_stats, stats_cached
 from .chunk_pairs import block_rows_for, plan_block_pairs
+from ..kernels import resolve_backend
 from .estimate import estimate_pairs
 from .plan import PAIR_BYTES, Partition, Plan, PlanStep, fmt_bytes, row_bytes
 from .slabs import plan_slabs, slab_rows_for, split_dimension
@@ -69,13 +70,16 @@ def _reused(plan: Plan) -> Plan:
     return plan if notes == plan.notes else Plan(**{**plan.__dict__, "notes": notes})
 
 
-def _estimate(stats_a, n_a: int, eps: float, stats_b, n_b: int, fingerprints: tuple | None):
+def _estimate(stats_a, n_a: int, eps: float, stats_b, n_b: int, fingerprints: tuple | None, gpu: bool = False):
     key = None if fingerprints is None else (fingerprints, n_a, n_b, eps, config.get("sample-rows"))
     hit = None if key is None else CACHE.get("estimates", key)
     if hit is not None:
         return hit
+    # an exact count of the sample: the same on either backend, so the cache key does not name one; on
+    # this process's GPU where the tasks will run on GPUs and it has one (a client may have none)
+    backend = "gpu" if gpu and resolve_backend("auto") == "gpu" else "cpu"
     est = estimate_pairs(stats_a.sample, n_a, eps, None if stats_b is None else stats_b.sample,
-                         None if stats_b is None else n_b)
+                         None if stats_b is None else n_b, backend=backend)
     return est if key is None else CACHE.put("estimates", key, est)
 
 
@@ -157,7 +161,7 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     stats_a = _statistics("A", a, runner, fp_a, steps)
     stats_b = None if b is None else _statistics("B", b, runner, fp_b, steps)
     n_a, n_b = a.n, (a.n if b is None else b.n)
-    est = _estimate(stats_a, n_a, eps, stats_b, n_b, (fp_a, fp_b) if zarr_inputs else None)
+    est = _estimate(stats_a, n_a, eps, stats_b, n_b, (fp_a, fp_b) if zarr_inputs else None, gpu=gpu)
     chosen_method, method_reason = cost.choose_method(method, a.d, gpu=gpu)
     total_rows = n_a + (0 if b is None else n_b)
     held = 0.0 if count_only else est.upper  # the pairs a task holds: none when it only counts them
