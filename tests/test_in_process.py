@@ -95,7 +95,7 @@ def test_in_process_and_cluster_write_the_same_bytes(no_cluster, tmp_path, clien
         assert (tmp_path / "here.parquet" / name).read_bytes() == (tmp_path / "there.parquet" / name).read_bytes()
 
 
-@pytest.mark.parametrize("threads", [(1, 1), (4, 1), (1, 3), (4, 3)])
+@pytest.mark.parametrize("threads", [(4, 1), (1, 3), (4, 3)])
 def test_writer_and_task_threads_do_not_change_the_bytes(no_cluster, tmp_path, threads):
     """Pieces written by 1 or 4 writer threads, from 1 or 3 task threads: byte-identical files."""
     writers, tasks = threads
@@ -244,3 +244,83 @@ def test_a_count_is_planned_for_rows_alone(tmp_path):
     n = oracle_self_count(x, 0.08)
     assert dj.similarity_join(path, output="count", **common) == n
     assert len(dj.similarity_join(path, **common).compute()) == n
+
+
+def test_gather_raises_the_first_failure_without_waiting_for_earlier_tasks():
+    """A later task fails while an earlier one still runs: gather raises it then (and the earlier is left running)."""
+    import threading
+
+    runner = InProcess(threads=2)
+    release = threading.Event()
+    futures = runner.map(lambda k: release.wait(30) if k == 0 else (_ for _ in ()).throw(ValueError("late task")),
+                         [0, 1])
+    try:
+        with pytest.raises(ValueError, match="late task"):
+            runner.gather(futures)
+        assert not futures[0].done()
+    finally:
+        release.set()
+    assert futures[0].result() is True
+
+
+def test_sorted_copy_by_sample_sort_in_process_matches_the_in_memory_one(tmp_path, monkeypatch):
+    """An input over the in-memory limit is sorted by the bucketed sample sort on the in-process runner:
+    the same copy as the in-memory sort, with no more buckets gathered at once than the runner has threads."""
+    import threading
+
+    import zarr
+
+    from daskjoin.execution import sort as sort_mod
+    from daskjoin.io.zarr_in import open_points
+    from daskjoin.planning.bounds import block_stats
+
+    x = _points(7, n=6000)
+    x[::7, 0] = x[3, 0]  # ties on the key: broken by row
+    path = write_zarr(tmp_path / "x.zarr", x, chunk_rows=500)
+    source = open_points(path, "A")
+    stats = block_stats(source)
+    busy, most, lock = [0], [0], threading.Lock()
+    gather = sort_mod._gather_bucket
+
+    def counted(*args):
+        with lock:
+            busy[0] += 1
+            most[0] = max(most[0], busy[0])
+        try:
+            return gather(*args)
+        finally:
+            with lock:
+                busy[0] -= 1
+
+    monkeypatch.setattr(sort_mod, "_gather_bucket", counted)
+    runner = InProcess(threads=2)
+    sort_mod.sort_zarr(source, 0, stats, str(tmp_path / "bucketed.zarr"), runner, bucket_bytes=8000)
+    sort_mod.sort_zarr_here(source, 0, str(tmp_path / "here.zarr"))
+    a, b = zarr.open_group(str(tmp_path / "bucketed.zarr")), zarr.open_group(str(tmp_path / "here.zarr"))
+    for name in ("points", "ids", "keys", "key_index"):
+        assert np.array_equal(a[name][:], b[name][:]), name
+    assert 1 <= most[0] <= 2
+
+
+def test_sorted_runs_survive_only_where_ids_keep_their_order():
+    """A kernel's SortedRun stays one for a single-stream partition read by row offsets; with two streams
+    (a block and its extension) or with ids from a sorted copy it becomes a plain batch (the task sorts)."""
+    from types import SimpleNamespace
+
+    from daskjoin.kernels.registry import SortedRun
+    from daskjoin.kinds.epsilon import _Sides
+
+    def sides(ia, ib, selfjoin=True):
+        s = object.__new__(_Sides)
+        s.job, s.part, s.ia, s.ib = SimpleNamespace(selfjoin=selfjoin), None, ia, ib
+        return s
+
+    def run():
+        return SortedRun((np.array([0, 0, 1]), np.array([1, 2, 2]), None))
+
+    assert isinstance(sides(100, 0)._globalize(run(), cross=False, one_stream=True), SortedRun)
+    assert isinstance(sides(100, 500, False)._globalize(run(), cross=True, one_stream=True), SortedRun)
+    assert type(sides(100, 500)._globalize(run(), cross=True, one_stream=False)) is tuple
+    ids = np.array([7, 3, 9])
+    got = sides(ids, None)._globalize(run(), cross=False, one_stream=True)
+    assert type(got) is tuple and list(got[0]) == [3, 7, 3] and list(got[1]) == [7, 9, 9]

@@ -25,6 +25,8 @@ def to_dataframe(job, parts, *, client=None, cache_key=None, owner=None):
     the same (cached) plan gets a shallow copy of the frame built the first time: same graph
     and keys, no new tokenizing.
     """
+    if _needs_scatter(client, job):
+        cache_key = None  # a frame holding a scattered future is not kept: the data would stay on the workers
     if cache_key is not None:
         hit = CACHE.get("frames", cache_key)  # cache key -> (owner, frame)
         if hit is not None and hit[0] is owner:
@@ -41,10 +43,16 @@ def to_dataframe(job, parts, *, client=None, cache_key=None, owner=None):
     return frame.copy()
 
 
+def _needs_scatter(client, job) -> bool:
+    """Whether a job goes to a Dask cluster's workers ahead of its tasks: it carries in-memory data (a
+    round trip, worth it only then) and there is a scheduler (the in-process runner has none)."""
+    return client is not None and getattr(client, "scheduler", None) is not None and \
+        job.in_memory_bytes() > SCATTER_BYTES
+
+
 def _shipped(client, job):
-    """The job as tasks get it: scattered once to a Dask cluster where it carries in-memory data (a round
-    trip, worth it only then), else itself (no cluster, or nothing large: it rides with the graph)."""
-    if client is None or getattr(client, "scheduler", None) is None or job.in_memory_bytes() <= SCATTER_BYTES:
+    """The job as tasks get it: its future where it is scattered (:func:`_needs_scatter`), else itself."""
+    if not _needs_scatter(client, job):
         return job
     [future] = client.scatter([job], hash=False)
     return future

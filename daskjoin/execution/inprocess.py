@@ -23,6 +23,8 @@ import threading
 #: uses every core itself); override with dask config ``daskjoin.local-threads``.
 TASK_THREADS = 2
 NAME = "in-process"
+#: a task thread idle this long ends (a later task starts another)
+IDLE_SECONDS = 30.0
 
 
 class InProcess:
@@ -48,7 +50,14 @@ class InProcess:
     # ------------------------------------------------------------------ tasks
     def _work(self) -> None:
         while True:
-            future, func, args, kwargs = self._queue.get()
+            try:
+                future, func, args, kwargs = self._queue.get(timeout=IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:  # idle: this thread ends (a later submit starts another)
+                    if self._queue.empty():
+                        self._started -= 1
+                        return
+                continue
             if not future.set_running_or_notify_cancel():
                 continue
             try:
@@ -71,9 +80,14 @@ class InProcess:
         return [self.submit(func, item, **kwargs) for item in items]
 
     def gather(self, futures):
-        """Results in order (a single future: its result); the first failure raises its own exception."""
+        """Results in order (a single future: its result); the first failure to happen raises its own
+        exception at once (not after the tasks submitted before it have finished)."""
         if isinstance(futures, cf.Future):
             return futures.result()
+        cf.wait(futures, return_when=cf.FIRST_EXCEPTION)
+        failed = next((f for f in futures if f.done() and not f.cancelled() and f.exception() is not None), None)
+        if failed is not None:
+            failed.result()
         return [f.result() for f in futures]
 
     @staticmethod
@@ -93,7 +107,9 @@ class InProcess:
         """A Dask collection computed with the threaded scheduler on a task thread."""
         import dask
 
-        return self.submit(lambda: dask.compute(collection, scheduler="threads")[0])
+        # as many threads as the runner has tasks: a graph of large pieces (the buckets of a sort) must not
+        # run one per core at once, each with a task's memory
+        return self.submit(lambda: dask.compute(collection, scheduler="threads", num_workers=self.threads)[0])
 
     @staticmethod
     def run(func, *args, **kwargs) -> dict:

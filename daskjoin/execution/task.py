@@ -21,6 +21,7 @@ import contextlib
 import functools
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -51,8 +52,11 @@ def to_frame(i, j, dist, name: str = "dist"):
 
 
 def max_batch_pairs() -> int:
-    """Pairs in one bounded batch: one Parquet row group of ``daskjoin.row-group-bytes``."""
-    return max(1, config.parse_bytes(config.get("row-group-bytes")) // PAIR_ROW_BYTES)
+    """Pairs in one piece: one Parquet row group of ``daskjoin.row-group-bytes`` (the size in which GPU
+    drivers move sorted runs to the host, so each of their batches is one piece as it came)."""
+    from ..kernels.registry import transfer_pairs
+
+    return transfer_pairs()
 
 
 #: bytes per pair a task's sort holds: the pairs, their sorted copy and the counting arrays (see pair_sort)
@@ -120,6 +124,34 @@ def describe_part(part) -> str:
     return f"partition {getattr(part, 'index', '?')}{rows}"
 
 
+_GPU_TASK = threading.Lock()
+
+
+class _GpuTurn:
+    """One task of a process at a time on its GPU, from the task's start until its pairs are all produced.
+
+    GPU drivers size their device buffers from the memory free when they start; a second task
+    starting at once (the in-process runner's second thread, or a worker with several threads)
+    would count the same free memory again and run out.  A Parquet task gives the turn back as
+    soon as its last piece is produced, so its writing overlaps the next task's kernel.
+    """
+
+    def __init__(self, job):
+        backend = getattr(job, "backend", "cpu")
+        self.held = False
+        if backend != "cpu":
+            from ..kernels import resolve_backend
+
+            if resolve_backend(backend) == "gpu":
+                _GPU_TASK.acquire()
+                self.held = True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            _GPU_TASK.release()
+
+
 def _task_body(func):
     """Every task: the worker's Numba share first; on failure its cached GPU memory given back and
     the partition named (a note on the exception, kept when it travels back to the client), so
@@ -128,8 +160,9 @@ def _task_body(func):
     @functools.wraps(func)
     def run(part, job, *args, **kwargs):
         _set_threads()
+        turn = _GpuTurn(job)
         try:
-            return func(part, job, *args, **kwargs)
+            return func(part, job, *args, turn=turn, **kwargs)
         except Exception as exc:
             if "cupy" in sys.modules:
                 from ..kernels.gpu_common import free_device_memory
@@ -138,12 +171,14 @@ def _task_body(func):
             if hasattr(exc, "add_note"):
                 exc.add_note(f"in {describe_part(part)}")
             raise
+        finally:
+            turn.release()
 
     return run
 
 
 @_task_body
-def partition_frame(part, job):
+def partition_frame(part, job, turn=None):
     """The pairs of one partition as a DataFrame (the body of each ``dd.from_map`` task)."""
     name = None if job.value is None else job.value[0]
     # a frame holds its partition whole anyway: the batches joined once and sorted once (no pieces)
@@ -154,13 +189,13 @@ def partition_frame(part, job):
 
 
 @_task_body
-def partition_count(part, job) -> int:
+def partition_count(part, job, turn=None) -> int:
     """The exact pair count of one partition, without materialising pairs."""
     return int(job.count(part))
 
 
 @_task_body
-def partition_to_parquet(part, job, out_dir: str) -> list[dict]:
+def partition_to_parquet(part, job, out_dir: str, turn=None) -> list[dict]:
     """Write one partition's pairs to ``out_dir/part-PPPPP-KKKKK.parquet`` (a file per piece, each atomic);
     return their manifest entries."""
     from ..io.parquet_out import write_partition
@@ -168,20 +203,23 @@ def partition_to_parquet(part, job, out_dir: str) -> list[dict]:
     clock = [0.0]
     # closed on failure too: a spilled sort's runs are removed at once, not when the traceback is collected
     with contextlib.closing(_sorted_pieces(job, part)) as pieces:
-        entries = write_partition(out_dir, part.index, _timed(pieces, clock), value=job.value)
+        entries = write_partition(out_dir, part.index, _timed(pieces, clock, turn), value=job.value)
     for entry in entries:  # the partition's kernel and sort time, shared out so that sums over files add up
         entry["compute_s"] = clock[0] / len(entries)
     return entries
 
 
-def _timed(items, clock: list):
-    """``items`` passed on, the time spent producing them added to ``clock[0]``."""
+def _timed(items, clock: list, turn=None):
+    """``items`` passed on, the time spent producing them added to ``clock[0]``; the GPU ``turn`` given
+    back once the last is produced (the writing that remains needs no device)."""
     while True:
         start = time.perf_counter()
         try:
             item = next(items)
         except StopIteration:
             clock[0] += time.perf_counter() - start
+            if turn is not None:
+                turn.release()
             return
         clock[0] += time.perf_counter() - start
         yield item

@@ -87,13 +87,16 @@ def writer_threads() -> int:
     return max(1, int(os.cpu_count() or 1) if wanted in (None, "auto") else int(wanted))
 
 
-def _pool() -> ThreadPoolExecutor:
-    """This process's writer threads, shared by its tasks (pyarrow releases the GIL while it encodes and writes)."""
+def _pool() -> tuple[ThreadPoolExecutor, threading.BoundedSemaphore]:
+    """This process's writer threads, shared by its tasks (pyarrow releases the GIL while it encodes and
+    writes), and its slots: at most one piece per writer thread is in flight in the whole process, so
+    the pieces held for writing (pinned host memory, for GPU tasks) stay bounded however many tasks run."""
     size = writer_threads()
     with _POOL_LOCK:
         pool = _POOL.get(size)
         if pool is None:
-            pool = _POOL[size] = ThreadPoolExecutor(max_workers=size, thread_name_prefix="daskjoin-writer")
+            pool = _POOL[size] = (ThreadPoolExecutor(max_workers=size, thread_name_prefix="daskjoin-writer"),
+                                  threading.BoundedSemaphore(size))
         return pool
 
 
@@ -101,14 +104,13 @@ def write_partition(out_dir: str, index: int, pieces, *, value: tuple | None = D
     """Write the sorted ``(i, j, value)`` pieces of partition ``index``, one file each, several at a time.
 
     Each piece goes to ``part_name(index, k)`` on a writer thread while the next piece is being
-    produced; at most :func:`writer_threads` pieces are in flight.  ``value`` names the third
+    produced; at most :func:`writer_threads` pieces are in flight in the process.  ``value`` names the third
     column and its dtype (None: no third column).  A partition without pairs writes one empty
     file (its schema).  On failure the files this call wrote are removed, so a partition's files
     are all there or none.  Returns the manifest entries (file, rows, bytes, seconds spent writing),
-in piece order.
+    in piece order.
     """
-    pool, limit = _pool(), writer_threads()
-    slots = threading.BoundedSemaphore(limit)
+    pool, slots = _pool()
     written: list[tuple[str, int, Future]] = []
 
     def run(path, piece):
@@ -121,9 +123,14 @@ in piece order.
 
     try:
         for k, piece in enumerate(pieces):
-            slots.acquire()
             name = part_name(index, k)
-            written.append((name, len(piece[0]), pool.submit(run, os.path.join(out_dir, name), piece)))
+            slots.acquire()
+            try:
+                future = pool.submit(run, os.path.join(out_dir, name), piece)
+            except BaseException:
+                slots.release()
+                raise
+            written.append((name, len(piece[0]), future))
         if not written:
             empty = np.zeros(0, np.int64)
             name = part_name(index, 0)
@@ -135,7 +142,8 @@ in piece order.
                 for name, rows, (size, seconds) in done]
     except BaseException:
         for _, _, future in written:
-            future.cancel()
+            if future.cancel():  # never ran: its slot is given back here
+                slots.release()
         wait([f for _, _, f in written])
         for name, _, _ in written:
             commit.remove_path(os.path.join(out_dir, name))

@@ -33,7 +33,7 @@ import numpy as np
 from .exact import eps_squared
 from .gpu_common import cupy, device_budget_bytes, kernel, sorted_to_host, to_host
 from .grid_gpu import device_bounds, to_device64
-from .registry import bounded_ranges, split_batch
+from .registry import bounded_ranges, split_batch, transfer_pairs
 
 U32 = 2.0 ** -24
 BLOCK = 256
@@ -281,7 +281,7 @@ class GpuBruteJoin:
         device budget, or ``max(max_pairs, tile^2)`` pairs past it (see :meth:`_range_parts`);
         the products by ``batch_bytes``.
         """
-        step = max(1, int(max_pairs))
+        step = max(1, min(int(max_pairs), transfer_pairs()))  # pinned host copies of one row group at most
         fits = max(1, device_budget_bytes(0.4) // 56)  # 20 B of pairs + 36 B to sort them
         held, count, spilled = [], 0, False
         for i, j, d in self._device_parts(step):

@@ -18,6 +18,7 @@ def cupy():
     return cp
 
 
+
 @functools.lru_cache(maxsize=1)
 def gpu_available() -> bool:
     """True when CuPy imports and sees at least one CUDA device."""

@@ -20,7 +20,7 @@ import numpy as np
 from .exact import eps_squared
 from .gpu_common import cupy, device_budget_bytes, kernel, pinned_empty, sorted_to_host, to_host
 from .grid_index import MAX_CELL_ID, DENSE_CELLS_PER_POINT, boundary_slack, choose_grid
-from .registry import split_batch
+from .registry import split_batch, transfer_pairs
 
 BLOCK = 256
 MAX_INDEXED = 6
@@ -263,8 +263,9 @@ class GpuGridJoin:
         cp = cupy()
         counts = self.counts()
         cum = cp.cumsum(counts, dtype=cp.int64).get() if self.nitems else np.zeros(0, np.int64)
-        # a fill's device output stays within the device budget, whatever the host batches may hold
-        step = max(1, min(int(max_pairs), device_budget_bytes(0.4) // OUTPUT_BYTES_PER_PAIR))
+        # a fill's device output stays within the device budget, and its pinned host copy within one row
+        # group, whatever the host batches may hold
+        step = max(1, min(int(max_pairs), device_budget_bytes(0.4) // OUTPUT_BYTES_PER_PAIR, transfer_pairs()))
         lo = 0
         done = 0
         while lo < self.nitems:

@@ -115,12 +115,16 @@ class SortedRun(tuple):
     __slots__ = ()
 
 
+#: bytes of one pair on the host: int64 i and j, float32 value
+PAIR_ROW_BYTES = 20
+
+
 def transfer_pairs() -> int:
     """Pairs of one ``SortedRun`` batch a GPU driver moves to the host: one Parquet row group, so the
     task writes each batch as it came (no copy) and pinned buffers of one size are reused."""
     from .. import config
 
-    return max(1, config.parse_bytes(config.get("row-group-bytes")) // 20)
+    return max(1, config.parse_bytes(config.get("row-group-bytes")) // PAIR_ROW_BYTES)
 
 
 def bounded_ranges(counts, max_pairs: int):

@@ -50,6 +50,12 @@ class SetJob:
     @property
     def memory_budget(self) -> int:
         return self.plan.memory_budget
+
+    @property
+    def backend(self) -> str:
+        """Where verification runs ("auto": the worker's GPU if it has one): tasks on a GPU take turns."""
+        return self.plan.backend
+
     label = "daskjoin-setpairs"
 
     def in_memory_bytes(self) -> int:
