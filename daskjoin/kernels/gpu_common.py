@@ -46,8 +46,9 @@ def kernel(name: str, function: str):
     return _module(name, cp.cuda.runtime.getDevice()).get_function(function)
 
 
-def to_host(*arrays):
-    """Device arrays to numpy arrays in pinned host memory (None passes through).
+def to_host(*arrays, pinned: bool = True):
+    """Device arrays to numpy arrays in pinned host memory (None passes through); ``pinned=False``:
+    pageable memory.
 
     Pinned buffers come from CuPy's pinned pool, so a worker reuses them from task to
     task; copies into them run at full PCIe speed (about 20x faster than into
@@ -59,7 +60,7 @@ def to_host(*arrays):
         if a is None:
             out.append(None)
             continue
-        host = pinned_empty(a.shape, a.dtype, any_size=True)
+        host = pinned_empty(a.shape, a.dtype, any_size=True) if pinned else np.empty(a.shape, a.dtype)
         a.get(out=host, blocking=False)
         out.append(host)
     cp.cuda.get_current_stream().synchronize()
@@ -69,6 +70,7 @@ def to_host(*arrays):
 def sorted_to_host(i, j, d, max_pairs: int):
     """Device arrays already sorted by (i, j), checked on the device, to the host as ``SortedRun`` batches
     of at most ``max_pairs`` pairs and one row group each (:func:`~.registry.transfer_pairs`)."""
+    from .. import config
     from .registry import SortedRun, transfer_pairs
 
     cp = cupy()
@@ -77,8 +79,10 @@ def sorted_to_host(i, j, d, max_pairs: int):
     if n > 1 and bool(cp.any((i[1:] < i[:-1]) | ((i[1:] == i[:-1]) & (j[1:] <= j[:-1])))):
         raise RuntimeError("pairs sorted on the device are out of order (a bug in daskjoin: please report it)")
     step = max(1, min(int(max_pairs), transfer_pairs()))
+    pinned = bool(config.get("pinned-output"))
     for at in range(0, n, step):
-        yield SortedRun(to_host(i[at:at + step], j[at:at + step], None if d is None else d[at:at + step]))
+        yield SortedRun(to_host(i[at:at + step], j[at:at + step], None if d is None else d[at:at + step],
+                                pinned=pinned))
 
 
 #: Reads larger than this go to pageable memory (pinning very large buffers costs more than it saves).
