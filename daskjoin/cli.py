@@ -214,8 +214,7 @@ class Phases:
 
     def __init__(self):
         self.record = {"startup_s": round(_since_process_start(), 3)}
-        self.main = time.perf_counter() - self.record["startup_s"]
-        self.last = time.perf_counter()
+        self.began = self.last = time.perf_counter()  # when the command's own work began
 
     def mark(self, name: str) -> None:
         now = time.perf_counter()
@@ -223,12 +222,12 @@ class Phases:
         self.last = now
 
     def since_main(self) -> float:
-        return time.perf_counter() - self.main - self.record["startup_s"]
+        return time.perf_counter() - self.began
 
     def write(self, path: str) -> None:
         import json
 
-        self.record["total_s"] = round(time.perf_counter() - self.main, 3)
+        self.record["total_s"] = round(self.record["startup_s"] + self.since_main(), 3)
         with open(path, "w") as f:
             json.dump(self.record, f, indent=1)
 
