@@ -24,14 +24,14 @@ EXAMPLES = {
     "join": "daskjoin join points.zarr --eps 0.01 --out pairs.parquet\n"
             "  daskjoin join a.zarr b.zarr --eps 0.5 --count --scheduler tcp://10.0.0.5:8786\n"
             "  daskjoin join points.zarr --eps 0.01 --out pairs.parquet --cluster slurm --jobs 4",
-    "plan": "daskjoin plan points.zarr --eps 0.01 --memory-budget 2GB",
+    "plan": "daskjoin plan points.zarr --eps 0.01 --memory-budget 2GB\n  daskjoin plan points.zarr --knn 16",
     "synth": "daskjoin synth uniform --n 1000000 --d 2 --seed 0 points.zarr",
     "import": "daskjoin import points.csv points.zarr",
     "info": "daskjoin info\n  daskjoin info --scheduler tcp://10.0.0.5:8786 --json",
 }
 
 #: Modules whose ``add_commands(sub, command)`` adds subcommands (skipped while not present).
-EXTENSIONS = ("daskjoin.cli_sets",)
+EXTENSIONS = ("daskjoin.cli_sets", "daskjoin.cli_knn")
 
 CLUSTERS = ("local", "slurm", "pbs")
 
@@ -59,10 +59,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--verbose", action="store_true", help="on failure, print the full traceback too")
         return p
 
-    def join_options(p: argparse.ArgumentParser, *, clusters: bool = False) -> None:
+    def join_options(p: argparse.ArgumentParser, *, clusters: bool = False, eps_required: bool = True) -> None:
         p.add_argument("a", help="Zarr array of points (rows)")
         p.add_argument("b", nargs="?", help="second Zarr array for an A×B join (omit for a self-join)")
-        p.add_argument("--eps", required=True, type=float, help="join radius: pairs with distance <= EPS")
+        p.add_argument("--eps", required=eps_required, type=float, help="join radius: pairs with distance <= EPS")
         p.add_argument("--method", default="auto", help="auto, grid or brute (default: auto)")
         p.add_argument("--partitioning", default="auto", help="auto, chunk_pairs or slabs (default: auto)")
         p.add_argument("--backend", default="auto",
@@ -92,7 +92,9 @@ def _parser() -> argparse.ArgumentParser:
                            "as JSON to FILE")
 
     plan = command("plan", "Print the plan of a join (method, partitions, estimate) without running it.", handler=_plan)
-    join_options(plan)
+    join_options(plan, eps_required=False)
+    plan.add_argument("--knn", type=int, default=None, metavar="K",
+                      help="plan a kNN-join with K neighbours per row instead of an ε-join (no --eps)")
 
     synth = command("synth", "Write a seeded synthetic dataset to a chunked Zarr array.", handler=_synth)
     synth.add_argument("kind", help="uniform (unit cube), expo (exponential, lambda=40) or clusters (Gaussian)")
@@ -245,6 +247,14 @@ def _since_process_start() -> float:
 def _plan(args) -> int:
     import daskjoin as dj
     from .options import check_options
+    from .validation import InputError
+
+    if (args.eps is None) == (args.knn is None):
+        raise InputError("daskjoin plan needs --eps EPS (an ε-join) or --knn K (a kNN-join), not both")
+    if args.knn is not None:
+        from .cli_knn import plan_knn_command
+
+        return plan_knn_command(args)
 
     common = dict(eps=args.eps, method=args.method, partitioning=args.partitioning, backend=args.backend,
                   memory_budget=args.memory_budget)

@@ -30,11 +30,14 @@ from .validation import InputError, check_budget, check_choice, check_eps
 
 #: join kind -> how the API and the CLI name its join (for messages)
 KINDS = {"epsilon": {"api": "similarity_join", "cli": "join"},
-         "sets": {"api": "set_similarity_join", "cli": "setjoin"}}
+         "sets": {"api": "set_similarity_join", "cli": "setjoin"},
+         "knn": {"api": "knn_join", "cli": "knn"}}
 SPELLINGS = ("api", "cli")
 
 BACKENDS = ("auto", "cpu", "gpu")
 OUTPUTS = ("pairs", "count")
+#: the kNN-join's methods (its drivers: ``kernels/registry.py``, kind "knn")
+KNN_METHODS = ("grid", "brute")
 #: kind -> method -> the ``gpu_options`` keys its GPU driver takes -> a checker of the value (None: any)
 GPU_OPTIONS = {
     "epsilon": {  # defaults come from benchmarks/bench_gpu.py
@@ -79,6 +82,14 @@ def positive_int_or_none(value, label, kind, values):
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
         raise InputError(f"{label} must be a positive integer, got {value!r}; or omit {label} to choose automatically")
+    return int(value)
+
+
+def neighbours(value, label, kind, values) -> int:
+    """``k`` of a kNN-join: a positive integer (its upper bound, the candidate count, is checked with the inputs)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InputError(f"{label} must be a positive integer (the number of neighbours per row), got {value!r}"
+                         + (f" of type {type(value).__name__}" if not isinstance(value, (int, np.integer)) else ""))
     return int(value)
 
 
@@ -163,17 +174,19 @@ OPTIONS = (
     Option("measure", one_of(MEASURES, "jaccard"), ("sets",), "--measure", "the similarity measure"),
     Option("threshold", threshold, ("sets",), "--threshold", "in (0, 1]; for overlap a number of shared tokens"),
     Option("partitions", positive_int_or_none, ("sets",), "--partitions", "size-range partitions (None: automatic)"),
+    Option("k", neighbours, ("knn",), "--k", "neighbours per row: a positive integer"),
     # shared
-    Option("method", one_of({"epsilon": ("auto",) + METHODS, "sets": ALGORITHMS},
-                            {"epsilon": "auto", "sets": "ppjoin"}),
+    Option("method", one_of({"epsilon": ("auto",) + METHODS, "sets": ALGORITHMS, "knn": ("auto",) + KNN_METHODS},
+                            {"epsilon": "auto", "sets": "ppjoin", "knn": "auto"}),
            flag="--method", help="the join algorithm (per kind)", aliases=(("sets", "algorithm"),)),
     Option("backend", one_of(BACKENDS, "auto"), flag="--backend", help="where tasks run"),
-    Option("output", one_of(OUTPUTS, "pairs"), flag="--count", help="pairs, or only their exact count"),
+    Option("output", one_of({"epsilon": OUTPUTS, "sets": OUTPUTS, "knn": ("pairs",)}, "pairs"), flag="--count",
+           help="pairs, or only their exact count (a kNN-join has n * k rows: pairs only)"),
     Option("out", path_or_none, flag="--out", help="write Parquet here"),
     Option("overwrite", boolean, flag="--overwrite", help="replace an existing out"),
     Option("progress", boolean, flag="--quiet", help="show a progress bar"),
     Option("memory_budget", budget, flag="--memory-budget", help="memory one task may use"),
-    Option("gpu_options", gpu_options, help="tuning of the GPU driver (keys per kind and method)"),
+    Option("gpu_options", gpu_options, ("epsilon", "sets"), help="tuning of the GPU driver (keys per kind and method)"),
     Option("client", client, flag="--scheduler", help="the Dask client, a scheduler address, or None"),
 )
 BY_NAME = {option.name: option for option in OPTIONS}

@@ -33,21 +33,22 @@ PAIR_ROW_BYTES = 20
 
 
 def meta_frame(value: tuple | None = ("dist", "float32")):
-    """The empty frame of a join's output: ``i``, ``j`` (int64) and the optional value column."""
+    """The empty frame of a join's output: ``i``, ``j`` (int64) and the value's columns (none, one, or a record's)."""
     import pandas as pd  # here: a count or a Parquet run never loads pandas
+    from ..io.parquet_out import value_fields
 
     cols = {"i": np.zeros(0, np.int64), "j": np.zeros(0, np.int64)}
-    if value is not None:
-        cols[value[0]] = np.zeros(0, value[1])
+    cols.update({name: np.zeros(0, dtype) for name, dtype in value_fields(value)})
     return pd.DataFrame(cols)
 
 
-def to_frame(i, j, dist, name: str = "dist"):
+def to_frame(i, j, v, value: tuple | None = ("dist", "float32")):
     import pandas as pd
+    from ..io.parquet_out import value_columns, value_fields
 
     cols = {"i": i, "j": j}
-    if dist is not None:
-        cols[name] = dist
+    if v is not None:
+        cols.update(zip((name for name, _ in value_fields(value)), value_columns(value, v)))
     return pd.DataFrame(cols, copy=False)
 
 
@@ -180,12 +181,11 @@ def _task_body(func):
 @_task_body
 def partition_frame(part, job, turn=None):
     """The pairs of one partition as a DataFrame (the body of each ``dd.from_map`` task)."""
-    name = None if job.value is None else job.value[0]
     # a frame holds its partition whole anyway: the batches joined once and sorted once (no pieces)
     whole = sorted_whole(job.batches(part, sort_rows(job)))
     if whole is None:
         return meta_frame(job.value)
-    return to_frame(*whole, name=name)
+    return to_frame(*whole, value=job.value)
 
 
 @_task_body

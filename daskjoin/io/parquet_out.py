@@ -38,13 +38,33 @@ PART_PREFIX = "part-"
 DISTANCE = ("dist", "float32")
 
 
+def value_fields(value: tuple | None) -> list[tuple[str, np.dtype]]:
+    """The columns after i and j of a join's value ``(name, dtype)``: itself, or one per field of a record
+    dtype (the kNN-join's ``dist`` and ``rank`` travel as one 8-byte record, sorted and spilled as one value)."""
+    if value is None:
+        return []
+    dtype = np.dtype(value[1])
+    if dtype.names:
+        return [(name, dtype.fields[name][0]) for name in dtype.names]
+    return [(value[0], dtype)]
+
+
+def value_columns(value: tuple | None, v) -> list[np.ndarray]:
+    """The arrays of :func:`value_fields` from a batch's value array ``v``."""
+    if value is None:
+        return []
+    dtype = np.dtype(value[1])
+    if dtype.names:
+        return [np.ascontiguousarray(v[name]) for name in dtype.names]
+    return [np.asarray(v, dtype)]
+
+
 def schema(value: tuple | None = DISTANCE):
-    """Columns i, j (int64) and an optional value column given as (name, numpy dtype name): a ``pyarrow.Schema``."""
+    """Columns i, j (int64) and the value's columns (:func:`value_fields`): a ``pyarrow.Schema``."""
     import pyarrow as pa  # here: a count or a frame never loads pyarrow
 
     fields = [pa.field("i", pa.int64(), nullable=False), pa.field("j", pa.int64(), nullable=False)]
-    if value is not None:
-        fields.append(pa.field(value[0], pa.from_numpy_dtype(np.dtype(value[1])), nullable=False))
+    fields += [pa.field(name, pa.from_numpy_dtype(dtype), nullable=False) for name, dtype in value_fields(value)]
     return pa.schema(fields)
 
 
@@ -70,8 +90,7 @@ def write_piece(path: str, piece, value: tuple | None = DISTANCE) -> int:
     i, j, v = piece
     sch = schema(value)
     cols = [pa.array(np.asarray(i, np.int64)), pa.array(np.asarray(j, np.int64))]
-    if value is not None:
-        cols.append(pa.array(np.asarray(v, value[1])))
+    cols += [pa.array(col) for col in value_columns(value, v)]
     with commit.atomic_file(path) as tmp:
         pq.write_table(pa.Table.from_arrays(cols, schema=sch), tmp, row_group_size=max(1, len(i)), **ENCODING)
         return os.path.getsize(tmp)

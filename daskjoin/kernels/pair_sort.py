@@ -82,7 +82,17 @@ def _sort_runs(oi, oj, ov, starts, has_value, lo):
 
 
 def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None):
-    """``(i, j, value)`` sorted by ``(i, j)`` (new arrays; pairs are distinct, so the order is total)."""
+    """``(i, j, value)`` sorted by ``(i, j)`` (new arrays; pairs are distinct, so the order is total).
+
+    A record ``value`` (the kNN-join's dist and rank) of 4 or 8 bytes is moved as one unsigned integer.
+    """
+    record = None if value is None or value.dtype.names is None else value.dtype
+    if record is not None:
+        if record.itemsize not in (4, 8):
+            order = np.lexsort((j, i))
+            return i[order], j[order], value[order]
+        oi, oj, ov = sort_pairs(i, j, np.ascontiguousarray(value).view(np.uint64 if record.itemsize == 8 else np.uint32))
+        return oi, oj, ov.view(record)
     n = len(i)
     if n < 2:
         return i, j, value

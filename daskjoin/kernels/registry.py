@@ -174,3 +174,8 @@ for _algorithm in ("ppjoin", "allpairs"):
         register("sets", _algorithm, _backend, "daskjoin.kernels.sets.local:SetBlockJoin",
                  algorithm=_algorithm, backend=_backend)
 del _algorithm, _backend
+
+# kNN-join: Driver(data_block, k, first_id).search(queries, query_ids, best_d2, best_j, exclude_self)
+# (its own protocol: a block updates running neighbour lists; see kernels/knn.py)
+register("knn", "grid", "cpu", "daskjoin.kernels.knn:KnnGrid")
+register("knn", "brute", "cpu", "daskjoin.kernels.knn:KnnBrute")

@@ -1,0 +1,117 @@
+"""The kNN-join's entry points: validate -> plan -> execute (the same path as the ε-join's)."""
+from __future__ import annotations
+
+import time
+
+from .api import JoinResult, _open_inputs, check_output, protected_paths
+from .execution import graph
+from .execution.cluster import ClusterRunner
+from .execution.resources import auto_budget, choose_backend, cluster_threads, worker_info
+from .io.parquet_out import OutputRun
+from .kernels.registry import registered
+from .kinds.knn import KnnJob
+from .options import check_options, resolve
+from .planning.knn import KnnPlan, make_knn_plan
+from .validation import InputError
+
+
+def _plan(checked, *, k: int, method: str, backend: str, client) -> KnnPlan:
+    _, src_a, src_b, budget = checked
+    workers = worker_info(client) if budget == "auto" or backend != "cpu" else None
+    if budget == "auto":
+        budget = auto_budget(client, workers)
+    resolved, _ = choose_backend(backend, client, workers)
+    if resolved == "gpu" and ("knn", method if method != "auto" else "grid", "gpu") not in registered("knn"):
+        raise InputError("backend='gpu': the kNN-join has no GPU driver yet; use backend='cpu' or 'auto' "
+                         "(which runs it on the CPUs of GPU workers too)")
+    # in this process a task's kernels use every core: one task searches the data once; on a cluster, a
+    # task per thread
+    in_process = getattr(client, "scheduler", None) is None
+    parallelism = 1 if in_process else cluster_threads(client, workers)
+    return make_knn_plan(src_a, src_b, k, method=method, backend=resolved, memory_budget=budget,
+                         runner=ClusterRunner(client), parallelism=parallelism)
+
+
+def _checked(a, b, opts):
+    # the ε-join's opening and checks of the inputs (eps is not an option here: a placeholder passes through)
+    return _open_inputs(a, b, {**opts, "eps": None})
+
+
+def plan_knn(a, b=None, *, k, method: str = "auto", backend: str = "auto", memory_budget=None, client=None) -> KnnPlan:
+    """Plan a kNN-join without running it (one cached statistics pass per input).
+
+    Returns a frozen :class:`~daskjoin.planning.knn.KnnPlan`; ``print(plan.explain())`` tells what will
+    run and why.
+
+    Examples
+    --------
+    >>> import numpy as np, daskjoin as dj
+    >>> plan = dj.plan_knn(np.random.default_rng(0).random((1000, 3)), k=8)
+    >>> plan.method, plan.ntasks
+    ('grid', 1)
+    """
+    opts = check_options("knn", k=k, method=method, backend=backend, memory_budget=memory_budget, client=client,
+                         stacklevel=2)
+    checked = _checked(a, b, opts)
+    return _plan(checked, k=opts["k"], method=opts["method"], backend=opts["backend"], client=resolve(client))
+
+
+def knn_join(a, b=None, *, k, method: str = "auto", backend: str = "auto", output: str = "pairs", client=None,
+             out=None, overwrite: bool = False, memory_budget=None, progress: bool = False):
+    """Exact k-nearest-neighbour join: for every row ``i`` of ``a``, its ``k`` nearest rows ``j`` of ``b``.
+
+    With ``b=None`` a self-join: the k nearest other rows of ``a`` (a row is never its own neighbour;
+    its duplicates are, at distance 0).  Distances are decided as in :func:`similarity_join`: the
+    float64 sum, in dimension order, of the squared differences of the stored values.  Ties are
+    broken by the smaller ``j``, so the result is one set, the same on every method, backend,
+    partitioning and cluster size.
+
+    Parameters
+    ----------
+    a, b : Zarr path, zarr.Array, numpy, dask or cupy array
+        Points as rows, of the same dimensionality.
+    k : int
+        Neighbours per row: 1 up to the rows of ``b`` (of ``a`` minus one in a self-join).
+    method : {"auto", "grid", "brute"}
+        ``grid``: cells about the k-th distance wide, searched in growing rings per row (low
+        dimensions); ``brute``: every pair (high dimensions). ``auto`` picks by dimensionality;
+        ``plan_knn(...).explain()`` says which and why.
+    backend : {"auto", "cpu"}
+        The kNN-join runs on CPUs (its GPU drivers are not written yet).
+    output : {"pairs"}
+        The rows; a kNN-join has exactly ``len(a) * k`` of them.
+    client, out, overwrite, memory_budget, progress
+        As for :func:`similarity_join`.
+
+    Returns
+    -------
+    dask.dataframe.DataFrame or JoinResult
+        Columns ``i``, ``j`` (int64), ``dist`` (float32, the Euclidean distance) and ``rank``
+        (int32, 1 for the nearest), rows ordered by ``(i, j)`` (``.sort_values(["i", "rank"])`` for
+        rank order); or, with ``out``, the Parquet result.
+
+    Examples
+    --------
+    >>> import numpy as np, daskjoin as dj
+    >>> x = np.array([[0.0], [1.0], [3.0], [3.0]])
+    >>> dj.knn_join(x, k=1).compute().values.tolist()
+    [[0.0, 1.0, 1.0, 1.0], [1.0, 0.0, 1.0, 1.0], [2.0, 3.0, 0.0, 1.0], [3.0, 2.0, 0.0, 1.0]]
+    """
+    opts = check_options("knn", k=k, method=method, backend=backend, output=output, out=out, overwrite=overwrite,
+                         progress=progress, memory_budget=memory_budget, client=client, stacklevel=2)
+    checked = _checked(a, b, opts)
+    if out is not None:
+        out = check_output(out, opts["overwrite"], protected_paths(checked[1], checked[2]))
+    client = resolve(client)
+    plan_options = dict(k=opts["k"], method=opts["method"], backend=opts["backend"], client=client)
+    if out is None:
+        plan = _plan(checked, **plan_options)
+        return graph.to_dataframe(KnnJob.from_plan(plan), plan.partitions, client=client)
+    with OutputRun(out, opts["overwrite"]) as run:  # owned from before planning: a second writer fails at once
+        start = time.perf_counter()
+        plan = _plan(checked, **plan_options)
+        planned = time.perf_counter()
+        extra = {"k": plan.k, "method": plan.method, "selfjoin": plan.selfjoin, "kind": "knn"}
+        manifest = graph.write_parquet(KnnJob.from_plan(plan), plan.partitions, client, run,
+                                       progress=opts["progress"], extra=extra)
+    return JoinResult.from_manifest(out, manifest, plan, planned - start, time.perf_counter() - planned)

@@ -1,0 +1,196 @@
+"""Planning a kNN-join: query partitions, data blocks with their bounding boxes, the method.
+
+A task takes a range of query rows (of A) and finds their k nearest rows of B (of A itself in a
+self-join) block by block: the data are cut into blocks that fit the task's memory, each with
+its bounding box from the statistics pass.  The task visits the blocks nearest its queries
+first; the k-th distance each query then holds is an upper bound of its true one, so a later
+block is searched only for the queries whose bound reaches the block's box (DESIGN §2: a first
+pass gives every query a radius, a second pass resolves the queries whose radius crosses the
+partition).  Where B fits one block (the usual case), a task is one search.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..io.zarr_in import MemorySource, Source, ZarrSource
+from ..validation import InputError
+from . import cache
+from .bounds import block_stats, stats_cached
+from .plan import PlanStep, fmt_bytes, row_bytes
+
+#: bytes a task holds per (query, neighbour): the running lists (d2 float64, j int64), the output rows
+#: (i, j int64, dist float32, rank int32), their sort and the frame or Parquet piece made of them
+LIST_BYTES = 16
+ROW_OUT_BYTES = 48
+#: ``method="auto"``: the grid up to this many dimensions, brute force beyond (benchmarks/bench_knn.py)
+GRID_MAX_D = 6
+
+
+@dataclass(frozen=True)
+class KnnPartition:
+    """One task: the k nearest neighbours of query rows ``a`` (of the plan's A)."""
+
+    index: int
+    a: tuple[int, int]
+    est_pairs: float
+
+    @property
+    def rows(self) -> int:
+        return self.a[1] - self.a[0]
+
+
+@dataclass(frozen=True, eq=False)
+class KnnPlan:
+    """Everything needed to run a kNN-join; ``explain()`` says what will run and why."""
+
+    k: int
+    selfjoin: bool
+    method: str
+    method_reason: str
+    backend: str
+    a: Source
+    b: Source | None
+    partitions: tuple[KnnPartition, ...] = field(repr=False)
+    #: data blocks: row ranges of B (of A in a self-join) and their bounding boxes (float64, (nb, d))
+    blocks: tuple[tuple[int, int], ...] = field(repr=False)
+    block_lo: np.ndarray = field(repr=False)
+    block_hi: np.ndarray = field(repr=False)
+    memory_budget: int
+    notes: tuple[str, ...] = ()
+    steps: tuple[PlanStep, ...] = ()
+    inputs_token: str = field(default="", repr=False)
+
+    @property
+    def ntasks(self) -> int:
+        return len(self.partitions)
+
+    @property
+    def d(self) -> int:
+        return self.a.d
+
+    @property
+    def data(self) -> Source:
+        return self.a if self.b is None else self.b
+
+    def task_memory(self, part: KnnPartition) -> int:
+        block = max((hi - lo for lo, hi in self.blocks), default=0)
+        return part.rows * (row_bytes(self.d, 8) + self.k * (LIST_BYTES + ROW_OUT_BYTES)) + block * row_bytes(self.d, 8)
+
+    def explain(self) -> str:
+        kind = "self-join" if self.selfjoin else "A×B join"
+        shape_b = "" if self.selfjoin else f" × B {self.b.label} ({self.b.n:,} × {self.b.d})"
+        worst = max((self.task_memory(p) for p in self.partitions), default=0)
+        backend = ("auto (each task on its worker's GPU if CuPy sees one, else the CPU)"
+                   if self.backend == "auto" else self.backend)
+        lines = [
+            f"daskjoin plan: kNN-{kind}, k={self.k}",
+            f"  input:         A {self.a.label} ({self.a.n:,} × {self.a.d}){shape_b}",
+            f"  method:        {self.method} on {backend} - {self.method_reason}",
+            f"  partitioning:  {self.ntasks} task(s) of query rows; the data in {len(self.blocks)} block(s), "
+            "nearest first, later ones only for queries whose k-th distance reaches them",
+            f"  output:        {self.a.n * self.k:,} rows (i, j, dist, rank)",
+            f"  memory/task:   up to ~{fmt_bytes(worst)} (budget {fmt_bytes(self.memory_budget)})",
+        ]
+        lines += [f"  data pass:     {step.describe()}" for step in self.steps]
+        lines += [f"  note:          {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.explain()
+
+
+def choose_knn_method(method: str, d: int) -> tuple[str, str]:
+    """``method`` resolved, and why: the grid prunes well up to a few dimensions, brute force beyond."""
+    if method != "auto":
+        return method, "chosen by the caller"
+    if d <= GRID_MAX_D:
+        return "grid", f"d={d} <= {GRID_MAX_D}: a grid of cells about the k-th distance wide prunes well"
+    return "brute", f"d={d} > {GRID_MAX_D}: grid cells prune little, every pair is scanned"
+
+
+def check_k(k: int, n_data: int, selfjoin: bool) -> None:
+    """``k`` no larger than the candidates each row has: refused before any work."""
+    candidates = n_data - (1 if selfjoin else 0)
+    if k > candidates:
+        what = (f"a self-join of {n_data:,} rows gives each row {candidates:,} other rows" if selfjoin
+                else f"B has {n_data:,} rows")
+        raise InputError(f"k={k:,} is larger than the candidates of each row: {what}; use k <= {max(candidates, 0):,}")
+
+
+def _statistics(name: str, source: Source, runner, steps: list):
+    from ..validation import raise_nonfinite
+
+    fingerprint = cache.fingerprint(source) if isinstance(source, ZarrSource) else None
+    cached = stats_cached(source, fingerprint) if fingerprint else False
+    start = time.perf_counter()
+    stats = block_stats(source, runner.map if runner is not None else None, fingerprint)
+    where = "in memory" if isinstance(source, MemorySource) else "kept beside the input for later plans"
+    nbytes = int(source.n) * int(source.d) * np.dtype(source.dtype).itemsize
+    steps.append(PlanStep(f"statistics of {name}", f"bounds per block, NaN/inf check, {where}", nbytes, cached,
+                          0.0 if cached else time.perf_counter() - start))
+    if stats.first_bad >= 0:
+        raise_nonfinite(f"{name} ({source.label})", stats.first_bad)
+    return stats, fingerprint
+
+
+def _data_blocks(stats, max_rows: int):
+    """The statistics' row blocks merged into blocks of at most ``max_rows`` rows, with their boxes (a block
+    larger than that is cut into equal pieces, each bounded by its block's box)."""
+    blocks, los, his = [], [], []
+    for b in range(stats.nblocks):
+        lo, hi = int(stats.starts[b]), int(stats.starts[b + 1])
+        pieces = max(1, -(-(hi - lo) // max_rows))
+        cuts = lo + (np.arange(pieces + 1) * (hi - lo)) // pieces
+        for s, e in zip(cuts[:-1], cuts[1:]):
+            if blocks and blocks[-1][1] == s and e - blocks[-1][0] <= max_rows:  # merge into the last block
+                blocks[-1] = (blocks[-1][0], int(e))
+                los[-1], his[-1] = np.minimum(los[-1], stats.lo[b]), np.maximum(his[-1], stats.hi[b])
+            else:
+                blocks.append((int(s), int(e)))
+                los.append(stats.lo[b].copy())
+                his.append(stats.hi[b].copy())
+    d = stats.lo.shape[1]
+    return tuple(blocks), np.array(los).reshape(-1, d), np.array(his).reshape(-1, d)
+
+
+def make_knn_plan(a: Source, b: Source | None, k: int, *, method: str, backend: str, memory_budget: int,
+                  runner=None, parallelism: int = 1) -> KnnPlan:
+    """Plan a kNN-join: statistics (cached for Zarr; bad rows refused), data blocks, query partitions.
+
+    ``parallelism``: task threads of the cluster (at least that many tasks where rows allow).
+    """
+    steps: list = []
+    stats_a, fp_a = _statistics("A", a, runner, steps)
+    stats_b, fp_b = (stats_a, fp_a) if b is None else _statistics("B", b, runner, steps)
+    data = a if b is None else b
+    check_k(k, data.n, b is None)
+    chosen, reason = choose_knn_method(method, a.d)
+    per_row = row_bytes(a.d, 8)
+    notes = []
+    # the data block a task holds beside its queries: at most half the budget
+    block_rows = max(1, int(memory_budget // 2 // per_row))
+    if data.n <= block_rows:
+        blocks, block_lo, block_hi = ((0, data.n),), stats_b.lo_all[None, :], stats_b.hi_all[None, :]
+    else:
+        blocks, block_lo, block_hi = _data_blocks(stats_b, block_rows)
+        notes.append(f"B does not fit one task's budget: {len(blocks)} blocks of up to {block_rows:,} rows")
+    # query rows: their lists and output in the other half
+    query_rows = max(1, int(memory_budget // 2 // (per_row + k * (LIST_BYTES + ROW_OUT_BYTES))))
+    ntasks = max(-(-a.n // query_rows), min(int(parallelism), -(-a.n // 1024)), 1)
+    bounds = np.linspace(0, a.n, ntasks + 1).astype(np.int64)
+    parts = tuple(KnnPartition(t, (int(bounds[t]), int(bounds[t + 1])), float((bounds[t + 1] - bounds[t]) * k))
+                  for t in range(ntasks))
+    from .planner import _inputs_token
+
+    plan = KnnPlan(k=k, selfjoin=b is None, method=chosen, method_reason=reason, backend=backend, a=a, b=b,
+                   partitions=parts, blocks=blocks, block_lo=block_lo, block_hi=block_hi,
+                   memory_budget=int(memory_budget), notes=tuple(notes), steps=tuple(steps),
+                   inputs_token=_inputs_token(fp_a, fp_b if b is not None else None))
+    worst = max(plan.task_memory(p) for p in parts)
+    if worst > memory_budget:
+        plan = KnnPlan(**{**plan.__dict__, "notes": plan.notes + (
+            f"the largest task may need ~{fmt_bytes(worst)}, over the budget: raise memory_budget",)})
+    return plan
