@@ -10,7 +10,7 @@ from .execution.resources import auto_budget, choose_backend, cluster_threads, w
 from .io.parquet_out import OutputRun
 from .kernels.registry import registered
 from .kinds.knn import KnnJob
-from .options import check_options, resolve
+from .options import KNN_OUTPUT, check_options, resolve
 from .planning.knn import KnnPlan, make_knn_plan
 from .validation import InputError
 
@@ -97,8 +97,9 @@ def knn_join(a, b=None, *, k, method: str = "auto", backend: str = "auto", outpu
     >>> dj.knn_join(x, k=1).compute().values.tolist()
     [[0.0, 1.0, 1.0, 1.0], [1.0, 0.0, 1.0, 1.0], [2.0, 3.0, 0.0, 1.0], [3.0, 2.0, 0.0, 1.0]]
     """
-    opts = check_options("knn", k=k, method=method, backend=backend, output=output, out=out, overwrite=overwrite,
+    opts = check_options("knn", k=k, method=method, backend=backend, out=out, overwrite=overwrite,
                          progress=progress, memory_budget=memory_budget, client=client, stacklevel=2)
+    KNN_OUTPUT(output, "output", "knn", opts)  # "pairs" only: a kNN-join's count is len(a) * k
     checked = _checked(a, b, opts)
     if out is not None:
         out = check_output(out, opts["overwrite"], protected_paths(checked[1], checked[2]))

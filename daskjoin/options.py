@@ -180,8 +180,9 @@ OPTIONS = (
                             {"epsilon": "auto", "sets": "ppjoin", "knn": "auto"}),
            flag="--method", help="the join algorithm (per kind)", aliases=(("sets", "algorithm"),)),
     Option("backend", one_of(BACKENDS, "auto"), flag="--backend", help="where tasks run"),
-    Option("output", one_of({"epsilon": OUTPUTS, "sets": OUTPUTS, "knn": ("pairs",)}, "pairs"), flag="--count",
-           help="pairs, or only their exact count (a kNN-join has n * k rows: pairs only)"),
+    # the kNN-join has no count (it is n * k rows): knn_join checks its output=... with KNN_OUTPUT
+    Option("output", one_of(OUTPUTS, "pairs"), ("epsilon", "sets"), flag="--count",
+           help="pairs, or only their exact count"),
     Option("out", path_or_none, flag="--out", help="write Parquet here"),
     Option("overwrite", boolean, flag="--overwrite", help="replace an existing out"),
     Option("progress", boolean, flag="--quiet", help="show a progress bar"),
@@ -190,6 +191,7 @@ OPTIONS = (
     Option("client", client, flag="--scheduler", help="the Dask client, a scheduler address, or None"),
 )
 BY_NAME = {option.name: option for option in OPTIONS}
+KNN_OUTPUT = one_of(("pairs",), "pairs")
 
 
 @dataclass(frozen=True)

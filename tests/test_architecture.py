@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from daskjoin.kinds.epsilon import JoinJob
+from daskjoin.kinds.knn import KnnJob
 from daskjoin.kinds.sets import SetJob
 
 PACKAGE = Path(__file__).resolve().parent.parent / "daskjoin"
@@ -36,7 +37,7 @@ def test_no_second_stack_for_sets():
     assert not (PACKAGE / "sets").exists()
 
 
-@pytest.mark.parametrize("job", [JoinJob, SetJob])
+@pytest.mark.parametrize("job", [JoinJob, SetJob, KnnJob])
 def test_every_kind_supplies_the_job_protocol(job):
     for name in ("batches", "count", "in_memory_bytes"):
         assert callable(getattr(job, name)), name

@@ -4,7 +4,7 @@ import importlib
 
 import pytest
 
-MODULES = ["daskjoin.api", "daskjoin.api_sets", "daskjoin.io.synth", "daskjoin.io.importers", "daskjoin.io.zarr_out"]
+MODULES = ["daskjoin.api", "daskjoin.api_sets", "daskjoin.api_knn", "daskjoin.io.synth", "daskjoin.io.importers", "daskjoin.io.zarr_out"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -157,10 +157,11 @@ def _data_blocks(stats, max_rows: int):
 
 
 def make_knn_plan(a: Source, b: Source | None, k: int, *, method: str, backend: str, memory_budget: int,
-                  runner=None, parallelism: int = 1) -> KnnPlan:
+                  runner=None, parallelism: int = 1, block_rows: int | None = None) -> KnnPlan:
     """Plan a kNN-join: statistics (cached for Zarr; bad rows refused), data blocks, query partitions.
 
     ``parallelism``: task threads of the cluster (at least that many tasks where rows allow).
+    ``block_rows``: data rows per block (default: what half the budget holds).
     """
     steps: list = []
     stats_a, fp_a = _statistics("A", a, runner, steps)
@@ -171,11 +172,15 @@ def make_knn_plan(a: Source, b: Source | None, k: int, *, method: str, backend: 
     per_row = row_bytes(a.d, 8)
     notes = []
     # the data block a task holds beside its queries: at most half the budget
-    block_rows = max(1, int(memory_budget // 2 // per_row))
+    block_rows = max(1, int(memory_budget // 2 // per_row)) if block_rows is None else int(block_rows)
     if data.n <= block_rows:
         blocks, block_lo, block_hi = ((0, data.n),), stats_b.lo_all[None, :], stats_b.hi_all[None, :]
     else:
         blocks, block_lo, block_hi = _data_blocks(stats_b, block_rows)
+        if isinstance(data, MemorySource):  # rows at hand: each block's own box (prunes better than its chunk's)
+            boxes = [(data.data[s:e].min(axis=0), data.data[s:e].max(axis=0)) for s, e in blocks]
+            block_lo = np.array([lo for lo, _ in boxes], np.float64).reshape(-1, data.d)
+            block_hi = np.array([hi for _, hi in boxes], np.float64).reshape(-1, data.d)
         notes.append(f"B does not fit one task's budget: {len(blocks)} blocks of up to {block_rows:,} rows")
     # query rows: their lists and output in the other half
     query_rows = max(1, int(memory_budget // 2 // (per_row + k * (LIST_BYTES + ROW_OUT_BYTES))))

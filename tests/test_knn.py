@@ -1,0 +1,199 @@
+"""The kNN-join through the shared pipeline: plan, tasks, frame, Parquet, a real cluster, the CLI.
+
+The oracle is a float64 brute force with daskjoin's rule (squared differences summed in
+dimension order, ties by the smaller j); tests/test_knn_adversarial.py holds the adversarial
+and property cases.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import daskjoin as dj
+from clihelpers import run_cli
+from daskjoin.kernels import registry
+from daskjoin.kernels.knn import KnnBrute, KnnGrid, empty_lists, finish
+from daskjoin.planning.knn import _data_blocks
+
+
+def oracle(a, b, k):
+    """Rows (i, j, dist, rank) sorted by (i, j); ``b=None``: self-join without i itself."""
+    base = a if b is None else b
+    a64, b64 = np.asarray(a, np.float64), np.asarray(base, np.float64)
+    s = np.zeros((len(a64), len(b64)))
+    for t in range(a64.shape[1]):
+        u = a64[:, t][:, None] - b64[:, t][None, :]
+        s = s + u * u
+    rows = []
+    for i in range(len(a64)):
+        js = np.arange(len(b64))
+        if b is None:
+            js = js[js != i]
+        order = js[np.lexsort((js, s[i, js]))][:k]
+        for r, j in enumerate(order):
+            rows.append((i, int(j), np.float32(np.sqrt(s[i, j])), r + 1))
+    frame = pd.DataFrame(rows, columns=["i", "j", "dist", "rank"]).astype(
+        {"i": np.int64, "j": np.int64, "dist": np.float32, "rank": np.int32})
+    return frame.sort_values(["i", "j"]).reset_index(drop=True)
+
+
+def same(got: pd.DataFrame, expected: pd.DataFrame) -> None:
+    got = got.reset_index(drop=True)
+    assert list(got.columns) == ["i", "j", "dist", "rank"]
+    assert got.dtypes.to_dict() == expected.dtypes.to_dict()
+    pd.testing.assert_frame_equal(got, expected)
+
+
+def clumps(n=600, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.random((4, d)) * 100.0
+    return (centres[rng.integers(0, 4, n)] + rng.normal(0, 0.5, (n, d))).astype(np.float32)
+
+
+@pytest.mark.parametrize("method", ["grid", "brute"])
+@pytest.mark.parametrize("budget", [None, "120KB"])
+def test_self_and_cross_match_the_oracle(method, budget):
+    a, b = clumps(500), clumps(300, seed=1)
+    for left, right in ((a, None), (a, b), (b, a)):
+        k = 7
+        got = dj.knn_join(left, right, k=k, method=method, backend="cpu", memory_budget=budget).compute()
+        same(got, oracle(left, right, k))
+
+
+def test_small_budget_cuts_queries_and_data_into_blocks():
+    x = clumps(2000)
+    plan = dj.plan_knn(x, k=5, memory_budget="150KB")
+    assert plan.ntasks > 1 and len(plan.blocks) > 1
+    assert plan.blocks[0][0] == 0 and plan.blocks[-1][1] == len(x)
+    assert all(s1 == e0 for (_, e0), (s1, _) in zip(plan.blocks, plan.blocks[1:]))
+    assert "block(s)" in plan.explain() and "k=5" in plan.explain()
+
+
+def test_queries_near_slab_boundaries_with_sorted_rows():
+    """Rows sorted along x, data blocks as thin slabs (thinner than the k-th distance): queries near a
+    boundary must search the neighbouring slabs; far slabs are pruned, the answer unchanged."""
+    from daskjoin.execution import graph
+    from daskjoin.io.zarr_in import open_points
+    from daskjoin.kinds.knn import KnnJob
+    from daskjoin.planning.knn import make_knn_plan
+
+    rng = np.random.default_rng(3)
+    x = rng.random((3000, 2))
+    x = x[np.argsort(x[:, 0])]
+    k = 40
+    plan = make_knn_plan(open_points(x, "A"), None, k, method="grid", backend="cpu", memory_budget=1 << 30,
+                         parallelism=3, block_rows=60)
+    widths = plan.block_hi[:, 0] - plan.block_lo[:, 0]
+    kth = np.sqrt(k / (len(x) * np.pi))
+    assert len(plan.blocks) == 50 and plan.ntasks == 3 and np.median(widths) < kth / 2
+    got = graph.to_dataframe(KnnJob.from_plan(plan), plan.partitions).compute()
+    same(got, oracle(x, None, k))
+
+
+def test_blocks_pruned_by_box_distance():
+    """A block is searched only for queries whose k-th distance reaches its box."""
+    x = np.concatenate([np.random.default_rng(0).random((300, 2)), np.random.default_rng(1).random((300, 2)) + 1e3])
+    searched = []
+    original = KnnGrid.search
+
+    def spy(self, queries, *args):
+        searched.append((self.first_id, len(queries)))
+        return original(self, queries, *args)
+
+    KnnGrid.search = spy
+    try:
+        got = dj.knn_join(x, k=3, method="grid", memory_budget="60KB").compute()
+    finally:
+        KnnGrid.search = original
+    same(got, oracle(x, None, 3))
+    # far clumps never meet: each query searched only blocks of its own clump
+    assert sum(n for _, n in searched) < 2 * len(x)
+
+
+def test_data_blocks_cover_rows_and_bound_them():
+    stats = dj.planning.bounds._compute(dj.io.zarr_in.MemorySource(np.arange(40.0)[:, None]),
+                                        dj.planning.bounds._local_mapper)
+    blocks, lo, hi = _data_blocks(stats, 7)
+    assert blocks[0][0] == 0 and blocks[-1][1] == 40 and all(e - s <= 7 for s, e in blocks)
+    for (s, e), l, h in zip(blocks, lo, hi):
+        assert l[0] <= s and h[0] >= e - 1
+
+
+def test_parquet_output_and_manifest(tmp_path, zarr_writer):
+    x = clumps(400)
+    path = zarr_writer(x, chunk_rows=50)
+    out = tmp_path / "knn.parquet"
+    result = dj.knn_join(path, k=4, out=str(out))
+    assert result.pairs == 400 * 4
+    back = pd.read_parquet(out)
+    same(back, oracle(x, None, 4))
+    manifest = json.loads((out / "_SUCCESS").read_text())
+    assert manifest["k"] == 4 and manifest["kind"] == "knn" and manifest["rows"] == 1600
+
+
+def test_runs_on_a_local_cluster(client, zarr_writer):
+    a, b = clumps(2500), clumps(200, seed=5)
+    pa, pb = zarr_writer(a, chunk_rows=400), zarr_writer(b, chunk_rows=40)
+    plan = dj.plan_knn(pa, pb, k=6, client=client)
+    assert plan.ntasks == 2  # a task per worker thread (of at least 1024 queries)
+    same(dj.knn_join(pa, pb, k=6, client=client).compute(), oracle(a, b, 6))
+    same(dj.knn_join(b, k=6, client=client, memory_budget="40KB").compute(), oracle(b, None, 6))
+
+
+def test_one_result_for_every_method_and_partitioning():
+    x = np.random.default_rng(7).integers(0, 5, (400, 3)).astype(np.float64)  # a lattice: ties everywhere
+    results = [dj.knn_join(x, k=k, method=m, memory_budget=b).compute().reset_index(drop=True)
+               for k in (9,) for m in ("grid", "brute") for b in (None, "90KB")]
+    for r in results[1:]:
+        pd.testing.assert_frame_equal(r, results[0])
+    same(results[0], oracle(x, None, 9))
+
+
+def test_drivers_share_one_protocol():
+    assert {key for key in registry.registered("knn")} == {("knn", m, "cpu") for m in ("grid", "brute")}
+    x = clumps(200)
+    want = oracle(x, None, 5)
+    for cls in (KnnGrid, KnnBrute):
+        # two blocks searched one after the other give the one-block answer
+        best = empty_lists(len(x), 5)
+        for lo, hi in ((0, 120), (120, 200)):
+            cls(x[lo:hi], 5, lo).search(x, np.arange(len(x)), *best, True)
+        i, j, dist, rank = finish(*best, np.arange(len(x)))
+        same(pd.DataFrame({"i": i, "j": j, "dist": dist, "rank": rank}), want)
+
+
+def test_refusals_before_any_work(monkeypatch):
+    x = np.zeros((5, 2))
+    with pytest.raises(dj.InputError, match="k=5 is larger"):
+        dj.knn_join(x, k=5)
+    with pytest.raises(dj.InputError, match="positive integer"):
+        dj.knn_join(x, k=0)
+    with pytest.raises(dj.InputError, match="output must be one of"):
+        dj.knn_join(x, k=1, output="count")
+    # a cluster of GPU workers: backend="gpu" refused while the kNN-join has no GPU driver
+    monkeypatch.setattr(dj.api_knn, "choose_backend", lambda backend, client, workers: ("gpu", True))
+    with pytest.raises(dj.InputError, match="no GPU driver"):
+        dj.plan_knn(x, k=1, backend="gpu")
+
+
+def test_cli_knn_and_plan(tmp_path, zarr_writer):
+    x = clumps(300)
+    path = zarr_writer(x, chunk_rows=64)
+    out = tmp_path / "o.parquet"
+    proc = run_cli(["knn", path, "--k", "3", "--out", out, "--quiet"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "900 pairs" in proc.stdout
+    same(pd.read_parquet(out), oracle(x, None, 3))
+    proc = run_cli(["plan", path, "--knn", "3"], tmp_path)
+    assert proc.returncode == 0 and "kNN-self-join, k=3" in proc.stdout, proc.stderr
+    for bad, words in ((["--k", "0"], "positive integer"), (["--k", "300"], "larger than"),
+                       (["--k", "2.5"], "invalid int")):
+        proc = run_cli(["knn", path, *bad, "--out", tmp_path / "bad"], tmp_path)
+        assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+        assert not (tmp_path / "bad").exists()
+    proc = run_cli(["plan", path, "--knn", "3", "--eps", "0.1"], tmp_path)
+    assert proc.returncode == 2 and "not both" in proc.stderr
