@@ -162,8 +162,8 @@ def test_drivers_share_one_protocol():
         best = empty_lists(len(x), 5)
         for lo, hi in ((0, 120), (120, 200)):
             cls(x[lo:hi], 5, lo).search(x, np.arange(len(x)), *best, True)
-        i, j, dist, rank = finish(*best, np.arange(len(x)))
-        same(pd.DataFrame({"i": i, "j": j, "dist": dist, "rank": rank}), want)
+        i, j, value = finish(*best, np.arange(len(x)))
+        same(pd.DataFrame({"i": i, "j": j, "dist": value["dist"], "rank": value["rank"]}), want)
 
 
 def test_refusals_before_any_work(monkeypatch):

@@ -33,6 +33,7 @@ import numpy as np
 
 from .grid_index import _cell_ids, boundary_slack, build_index, choose_grid
 from .parallel_guard import serialised
+from .registry import KNN_ROW_VALUE
 
 NO_ID = np.iinfo(np.int64).max
 #: rounding headroom of a lower bound on a float64 squared distance (relative; far above d * 2**-52)
@@ -93,10 +94,8 @@ def _bounded_d2(q, x, b, bound):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _visit(q, qid, exclude, x, b, jid, hd, hj):
-    if exclude and jid == qid:
-        return
     s = _bounded_d2(q, x, b, hd[0])
-    if s >= 0.0:
+    if s >= 0.0 and not (exclude and jid == qid):
         _offer(hd, hj, s, jid)
 
 
@@ -105,11 +104,16 @@ def _visit(q, qid, exclude, x, b, jid, hd, hj):
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def _brute(queries, qids, exclude, x, first_id, best_d2, best_j):
-    for t in numba.prange(queries.shape[0]):
-        q = queries[t].astype(np.float64)
-        hd, hj = best_d2[t], best_j[t]
-        for b in range(x.shape[0]):
-            _visit(q, qids[t], exclude, x, b, first_id + b, hd, hj)
+    m, d = queries.shape
+    chunks = min(m, 1024)
+    for c in numba.prange(chunks):
+        q = np.empty(d, np.float64)  # scratch per chunk of queries
+        for t in range(c * m // chunks, (c + 1) * m // chunks):
+            for v in range(d):
+                q[v] = queries[t, v]
+            hd, hj = best_d2[t], best_j[t]
+            for b in range(x.shape[0]):
+                _visit(q, qids[t], exclude, x, b, first_id + b, hd, hj)
 
 
 class KnnBrute:
@@ -159,22 +163,61 @@ def _cell_bound(q, dims, origin, widths, slack, coords):
 @numba.njit(cache=True, nogil=True)
 def _scan_cell(q, qid, exclude, pts, perm, first_id, s, e, hd, hj):
     for b in range(s, e):
-        _visit(q, qid, exclude, pts, b, first_id + perm[b], hd, hj)
+        d2 = _bounded_d2(q, pts, b, hd[0])
+        if d2 >= 0.0:  # the row id looked up only for a point that made the cut
+            jid = first_id + perm[b]
+            if not (exclude and jid == qid):
+                _offer(hd, hj, d2, jid)
 
 
 @numba.njit(cache=True, nogil=True)
-def _grid_query(q, qid, exclude, index, grid, first_id, hd, hj, coords, lo, hi, cur):
+def _grid_query(q, qid, exclude, index, grid, stencil, first_id, hd, hj, coords, lo, hi, cur):
+    pts, ids, start, ccoords, perm, dense = index
+    dims, origin, widths, ncells, strides, slack = grid
+    offsets, coarse, outside = stencil
+    kd = dims.shape[0]
+    if kd == 0:
+        _scan_cell(q, qid, exclude, pts, perm, first_id, 0, pts.shape[0], hd, hj)
+        return
+    inside = True
+    for m in range(kd):
+        c = np.int64(np.floor((q[dims[m]] - origin[m]) / widths[m]))
+        inside = inside and 0 <= c < ncells[m]
+        coords[m] = min(max(c, 0), ncells[m] - 1)
+    if not inside:  # (an A×B query outside the data's grid) rings from its nearest cell
+        _rings(q, qid, exclude, index, grid, first_id, hd, hj, coords, lo, hi, cur, 0)
+        return
+    # the cube of cells around the query's, nearest first by a bound that holds wherever the query
+    # lies in its cell: once that bound passes the k-th distance, no later cell of the cube can help
+    for s in range(offsets.shape[0]):
+        if coarse[s] > hd[0]:
+            break
+        lid = 0
+        valid = True
+        for m in range(kd):
+            cur[m] = coords[m] + offsets[s, m]
+            if cur[m] < 0 or cur[m] >= ncells[m]:
+                valid = False
+            lid += cur[m] * strides[m]
+        if not valid or _cell_bound(q, dims, origin, widths, slack, cur) > hd[0]:
+            continue
+        a, b = _cell_range(lid, ids, start, dense)
+        if b > a:
+            _scan_cell(q, qid, exclude, pts, perm, first_id, a, b, hd, hj)
+    if outside > hd[0]:  # every cell beyond the cube is farther than the k-th
+        return
+    _rings(q, qid, exclude, index, grid, first_id, hd, hj, coords, lo, hi, cur, (offsets.shape[0] and
+           np.abs(offsets).max()) + 1)
+
+
+@numba.njit(cache=True, nogil=True)
+def _rings(q, qid, exclude, index, grid, first_id, hd, hj, coords, lo, hi, cur, r):
+    """Rings of cells at Chebyshev distance r, r + 1, ... from the query's (clamped) cell until nothing
+    outside the rings visited can sort before the k-th."""
     pts, ids, start, ccoords, perm, dense = index
     dims, origin, widths, ncells, strides, slack = grid
     kd = dims.shape[0]
     ncell = ids.shape[0]
-    if kd == 0:
-        _scan_cell(q, qid, exclude, pts, perm, first_id, 0, pts.shape[0], hd, hj)
-        return
-    for m in range(kd):
-        c = np.int64(np.floor((q[dims[m]] - origin[m]) / widths[m]))
-        coords[m] = min(max(c, 0), ncells[m] - 1)
-    r = 0
     while True:
         cube = 1
         for m in range(kd):
@@ -231,16 +274,21 @@ def _grid_query(q, qid, exclude, index, grid, first_id, hd, hj, coords, lo, hi, 
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _grid(queries, qids, exclude, index, grid, first_id, best_d2, best_j, order):
-    kd = grid[0].shape[0]
-    for u in numba.prange(order.shape[0]):
-        t = order[u]
-        coords = np.empty(kd, np.int64)
+def _grid(queries, qids, exclude, index, grid, stencil, first_id, best_d2, best_j, order):
+    kd, d, m = grid[0].shape[0], queries.shape[1], order.shape[0]
+    chunks = min(m, 1024)
+    for c in numba.prange(chunks):
+        coords = np.empty(kd, np.int64)  # scratch per chunk of queries, not per query (allocations cost here)
         lo = np.empty(kd, np.int64)
         hi = np.empty(kd, np.int64)
         cur = np.empty(kd, np.int64)
-        q = queries[t].astype(np.float64)
-        _grid_query(q, qids[t], exclude, index, grid, first_id, best_d2[t], best_j[t], coords, lo, hi, cur)
+        q = np.empty(d, np.float64)
+        for u in range(c * m // chunks, (c + 1) * m // chunks):
+            t = order[u]
+            for v in range(d):
+                q[v] = queries[t, v]
+            _grid_query(q, qids[t], exclude, index, grid, stencil, first_id, best_d2[t], best_j[t], coords, lo, hi,
+                        cur)
 
 
 def _query_order(queries: np.ndarray, spec) -> np.ndarray:
@@ -249,6 +297,34 @@ def _query_order(queries: np.ndarray, spec) -> np.ndarray:
         return np.arange(len(queries), dtype=np.int64)
     ids = _cell_ids(queries, spec.dims, spec.origin, spec.widths, spec.ncells, spec.strides)
     return np.argsort(ids, kind="stable").astype(np.int64)
+
+
+#: cells of the sorted stencil around a query's cell, at most (its cube's radius follows the dimensions)
+STENCIL_CELLS = 400
+
+
+def stencil(grid):
+    """The cube of cell offsets around a query's cell, sorted by a lower bound of the squared distance from a
+    query anywhere in its cell to a point of that cell (points and query may each lie ``slack`` outside their
+    cells by rounding), and the bound for any cell outside the cube: (offsets, bounds, outside)."""
+    dims, _, widths, _, _, slack = grid
+    kd = len(dims)
+    if kd == 0:
+        return np.zeros((0, 0), np.int64), np.zeros(0), np.inf
+    radius = 1
+    while (2 * (radius + 1) + 1) ** kd <= STENCIL_CELLS:
+        radius += 1
+    axes = np.meshgrid(*[np.arange(-radius, radius + 1)] * kd, indexing="ij")
+    offsets = np.stack([a.ravel() for a in axes], axis=1).astype(np.int64)
+    gaps = np.maximum((np.abs(offsets) - 1) * widths - 2.0 * slack, 0.0)
+    bound = np.zeros(len(offsets))
+    for m in range(kd):
+        bound = bound + gaps[:, m] * gaps[:, m]
+    # equal bounds (the 3^d cells touching the query's): the query's own cell first, then faces, edges,
+    # corners, so the k-th distance shrinks early and prunes the rest
+    order = np.lexsort((np.arange(len(offsets)), (offsets * offsets).sum(axis=1), bound))
+    outside = float(np.min(np.maximum(radius * widths - 2.0 * slack, 0.0) ** 2))
+    return offsets[order], bound[order] * _BOUND_SHRINK, outside * _BOUND_SHRINK
 
 
 def _unit_ball(dims: int) -> float:
@@ -283,6 +359,7 @@ class KnnGrid:
         self.index = build_index(data, self.spec).as_tuple()
         s = self.spec
         self.grid = (s.dims, s.origin, s.widths, s.ncells, s.strides, boundary_slack(s))
+        self.stencil = stencil(self.grid)
 
     def search(self, queries, query_ids, best_d2, best_j, exclude_self: bool) -> None:
         if not len(queries) or not self.n:
@@ -293,7 +370,7 @@ class KnnGrid:
             # threads' shares stay spread over the data
             order = _query_order(queries, self.spec)
             _grid(queries, np.ascontiguousarray(query_ids, np.int64), bool(exclude_self),
-                  self.index, self.grid, self.first_id, best_d2, best_j, order)
+                  self.index, self.grid, self.stencil, self.first_id, best_d2, best_j, order)
 
 
 # ------------------------------------------------------------------ the lists as output rows
@@ -318,37 +395,46 @@ def _sort_by(key1, key2, other, a, b):
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _finish(best_d2, best_j, qids, oi, oj, od, orank):
-    """Each query's k neighbours ranked by (d2, j), written in order of ``j``."""
+def _finish(best_d2, best_j, qids, oi, dist, rank):
+    """Each query's k neighbours ranked by (d2, j) and written back in order of ``j``: ``j`` into ``best_j``,
+    the float32 distance and the rank into ``dist``/``rank`` (float32/int32 views of ``best_d2``'s memory:
+    written only after the query's row was read)."""
     m, k = best_d2.shape
     chunks = min(m, 256)
     for c in numba.prange(chunks):
         d = np.empty(k, np.float64)  # scratch per chunk of queries, not per query (allocation is slow here)
         j = np.empty(k, np.int64)
-        rank = np.empty(k, np.int32)
+        r = np.empty(k, np.int32)
         for t in range(c * m // chunks, (c + 1) * m // chunks):
-            base = t * k
             for u in range(k):
-                d[u], j[u], rank[u] = best_d2[t, u], best_j[t, u], 0
-            _sort_by(d, j, rank, 0, k)  # rank order: by (d2, j)
+                d[u], j[u], r[u] = best_d2[t, u], best_j[t, u], 0
+            _sort_by(d, j, r, 0, k)  # rank order: by (d2, j)
             for u in range(k):
-                rank[u] = u + 1
-            _sort_by(j, rank, d, 0, k)  # then by j (distinct), ranks moved along
+                r[u] = u + 1
+            _sort_by(j, r, d, 0, k)  # then by j (distinct), ranks moved along
             for u in range(k):
-                oi[base + u] = qids[t]
-                oj[base + u] = j[u]
-                od[base + u] = np.float32(np.sqrt(d[u]))
-                orank[base + u] = rank[u]
+                oi[t * k + u] = qids[t]
+                best_j[t, u] = j[u]
+                dist[t, 2 * u] = np.float32(np.sqrt(d[u]))
+                rank[t, 2 * u + 1] = r[u]
+
+
 
 
 def finish(best_d2: np.ndarray, best_j: np.ndarray, query_ids: np.ndarray):
-    """Rows ``(i, j, dist, rank)`` of full lists: per query in order of ``j`` (rank 1 = nearest by (d2, j))."""
+    """Rows ``(i, j, value)`` of full lists, per query in order of ``j``; ``value`` records of :data:`KNN_ROW_VALUE`
+    (``dist`` float32, ``rank`` int32: 1 = nearest by (d2, j)).
+
+    In place: ``j`` is ``best_j``'s memory and ``value`` ``best_d2``'s (fresh memory costs more than the
+    sort on some hosts: page faults at ~2 s/GiB on the 2-core VM); the lists are consumed.
+    """
     m, k = best_d2.shape
     if m and (best_j == NO_ID).any():
         raise RuntimeError("a kNN query found fewer than k neighbours (a bug in daskjoin: please report it)")
-    oi, oj = np.empty(m * k, np.int64), np.empty(m * k, np.int64)
-    od, orank = np.empty(m * k, np.float32), np.empty(m * k, np.int32)
+    oi = np.empty(m * k, np.int64)
+    assert best_d2.flags.c_contiguous and best_j.flags.c_contiguous
     if m:
         with serialised():
-            _finish(best_d2, best_j, np.ascontiguousarray(query_ids, np.int64), oi, oj, od, orank)
-    return oi, oj, od, orank
+            _finish(best_d2, best_j, np.ascontiguousarray(query_ids, np.int64), oi,
+                    best_d2.view(np.float32), best_d2.view(np.int32))
+    return oi, best_j.reshape(-1), best_d2.view(KNN_ROW_VALUE).reshape(-1)

@@ -115,6 +115,9 @@ class SortedRun(tuple):
     __slots__ = ()
 
 
+#: a kNN-join row's value beside i and j: distance and rank in one 8-byte record (kernels/knn.py writes it)
+KNN_ROW_VALUE = np.dtype([("dist", "<f4"), ("rank", "<i4")])
+
 #: bytes of one pair on the host: int64 i and j, float32 value
 PAIR_ROW_BYTES = 20
 

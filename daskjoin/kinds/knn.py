@@ -11,12 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels import resolve_backend
-from ..kernels.registry import SortedRun, make, registered
+from ..kernels.registry import KNN_ROW_VALUE, SortedRun, make, registered
 from ..planning.bounds import box_d2
 from ..planning.knn import KnnPartition, KnnPlan
 
 #: the value columns of a kNN row beside i and j: one 8-byte record per row (sorts and spills as one value)
-KNN_VALUE = ("knn", np.dtype([("dist", "<f4"), ("rank", "<i4")]))
+KNN_VALUE = ("knn", KNN_ROW_VALUE)
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,15 +54,13 @@ class KnnJob:
 
     def batches(self, part: KnnPartition, max_pairs: int | None):
         """The rows ``(i, j, value)`` of the partition's queries, sorted by ``(i, j)``, in ``SortedRun`` batches."""
-        i, j, dist, rank = self.neighbours(part)
-        value = np.empty(len(i), KNN_VALUE[1])
-        value["dist"], value["rank"] = dist, rank
+        i, j, value = self.neighbours(part)
         step = len(i) if max_pairs is None else max(1, int(max_pairs))
         for at in range(0, len(i), max(step, 1)):
             yield SortedRun((i[at:at + step], j[at:at + step], value[at:at + step]))
 
     def neighbours(self, part: KnnPartition):
-        """``(i, j, dist, rank)`` of the partition's queries (see :func:`daskjoin.kernels.knn.finish`)."""
+        """``(i, j, value)`` of the partition's queries (see :func:`daskjoin.kernels.knn.finish`)."""
         from ..kernels.knn import empty_lists, finish
 
         backend = resolve_backend(self.backend)
