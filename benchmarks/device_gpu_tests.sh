@@ -19,7 +19,7 @@ shard() {  # name, pytest arguments...
 sets=tests/test_set_join.py
 pids=()
 shard ann tests/test_gpu.py tests/test_overhead.py tests/test_set_groups.py tests/test_cuda_sources.py & pids+=($!)
-shard registry tests/test_kernel_registry.py & pids+=($!)
+shard registry tests/test_kernel_registry.py tests/test_knn_gpu.py & pids+=($!)
 shard sets-block "$sets" -k "block" & pids+=($!)
 shard sets-thread "$sets" -k "thread" & pids+=($!)
 shard sets-path "$sets" -k "intersect_path" & pids+=($!)

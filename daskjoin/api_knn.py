@@ -8,11 +8,9 @@ from .execution import graph
 from .execution.cluster import ClusterRunner
 from .execution.resources import auto_budget, choose_backend, cluster_threads, worker_info
 from .io.parquet_out import OutputRun
-from .kernels.registry import registered
 from .kinds.knn import KnnJob
 from .options import KNN_OUTPUT, check_options, resolve
 from .planning.knn import KnnPlan, make_knn_plan
-from .validation import InputError
 
 
 def _plan(checked, *, k: int, method: str, backend: str, client) -> KnnPlan:
@@ -21,9 +19,6 @@ def _plan(checked, *, k: int, method: str, backend: str, client) -> KnnPlan:
     if budget == "auto":
         budget = auto_budget(client, workers)
     resolved, _ = choose_backend(backend, client, workers)
-    if resolved == "gpu" and ("knn", method if method != "auto" else "grid", "gpu") not in registered("knn"):
-        raise InputError("backend='gpu': the kNN-join has no GPU driver yet; use backend='cpu' or 'auto' "
-                         "(which runs it on the CPUs of GPU workers too)")
     # in this process a task's kernels use every core: one task searches the data once; on a cluster, a
     # task per thread
     in_process = getattr(client, "scheduler", None) is None
@@ -76,8 +71,8 @@ def knn_join(a, b=None, *, k, method: str = "auto", backend: str = "auto", outpu
         ``grid``: cells about the k-th distance wide, searched in growing rings per row (low
         dimensions); ``brute``: every pair (high dimensions). ``auto`` picks by dimensionality;
         ``plan_knn(...).explain()`` says which and why.
-    backend : {"auto", "cpu"}
-        The kNN-join runs on CPUs (its GPU drivers are not written yet).
+    backend : {"auto", "cpu", "gpu"}
+        ``auto``: each task on its worker's GPU when CuPy sees one, else on the CPU (the same result).
     output : {"pairs"}
         The rows; a kNN-join has exactly ``len(a) * k`` of them.
     client, out, overwrite, memory_budget, progress

@@ -67,8 +67,8 @@ def test_lookups_import_lazily():
     code = r"""
 import sys
 import daskjoin.kernels.registry as registry
-gpu = ["daskjoin.kernels.grid_gpu", "daskjoin.kernels.brute_gpu", "cupy"]
-assert len(registry.registered()) == 10
+gpu = ["daskjoin.kernels.grid_gpu", "daskjoin.kernels.brute_gpu", "daskjoin.kernels.knn_gpu", "cupy"]
+assert len(registry.registered()) == 12
 assert not [m for m in gpu if m in sys.modules], [m for m in gpu if m in sys.modules]
 registry.driver_class("epsilon", "grid", "cpu")
 assert "daskjoin.kernels.grid" in sys.modules

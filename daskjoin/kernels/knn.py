@@ -337,9 +337,11 @@ def cell_width(lo: np.ndarray, hi: np.ndarray, n: int, k: int, dims: int = GRID_
     extent = extent[extent > 0]
     if not len(extent) or n == 0:
         return 1.0
-    density = n / float(np.prod(extent))
-    radius = (k / (density * _unit_ball(len(extent)))) ** (1.0 / len(extent))
-    return max(radius, float(extent[0]) * 1e-9, np.finfo(np.float64).tiny)
+    # in logarithms: the product of extents may underflow or overflow a float (1e-200 or 1e120 wide data)
+    dims_used = len(extent)
+    log_radius = (np.log(k) - np.log(n) - np.log(_unit_ball(dims_used)) + np.log(extent).sum()) / dims_used
+    radius = float(np.exp(min(log_radius, 700.0)))
+    return min(max(radius, float(extent[0]) * 1e-9, np.finfo(np.float64).tiny), float(extent[0]))
 
 
 class KnnGrid:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels import resolve_backend
-from ..kernels.registry import KNN_ROW_VALUE, SortedRun, make, registered
+from ..kernels.registry import KNN_ROW_VALUE, SortedRun, make
 from ..planning.bounds import box_d2
 from ..planning.knn import KnnPartition, KnnPlan
 
@@ -64,8 +64,6 @@ class KnnJob:
         from ..kernels.knn import empty_lists, finish
 
         backend = resolve_backend(self.backend)
-        if self.backend == "auto" and ("knn", self.method, backend) not in registered("knn"):
-            backend = "cpu"  # a GPU worker, but no GPU driver of this method: its CPU driver
         queries = self.reader_a.read(*part.a)
         ids = np.arange(*part.a, dtype=np.int64)
         best_d2, best_j = empty_lists(len(ids), self.k)

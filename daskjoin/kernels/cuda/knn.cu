@@ -1,0 +1,242 @@
+// kNN-join on the GPU: one thread per query, the CPU drivers' logic (kernels/knn.py) line for line.
+//
+// Each query's running list is a max-heap of (d2, j) in global memory (HD, HJ: m x k), the root
+// its current k-th; a candidate enters when it sorts before the root (ties by the smaller j).
+// Distances are the float64 sum, in dimension order, of the squared differences of the stored
+// values (the data rows here are float64 copies, exact); partial sums stop once past the root.
+
+#define SHRINK (1.0 - 1e-12)
+
+__device__ __forceinline__ bool before(double d1, long long j1, double d2, long long j2) {
+    return d1 < d2 || (d1 == d2 && j1 < j2);
+}
+
+__device__ void offer(double* hd, long long* hj, int k, double d, long long j) {
+    if (!before(d, j, hd[0], hj[0])) return;
+    int at = 0;
+    while (true) {
+        int left = 2 * at + 1;
+        if (left >= k) break;
+        int big = left;
+        int right = left + 1;
+        if (right < k && before(hd[left], hj[left], hd[right], hj[right])) big = right;
+        if (!before(d, j, hd[big], hj[big])) break;
+        hd[at] = hd[big];
+        hj[at] = hj[big];
+        at = big;
+    }
+    hd[at] = d;
+    hj[at] = j;
+}
+
+// squared distance of query q (d values) and row x, or -1 once the partial sum passes bound
+__device__ __forceinline__ double bounded_d2(const double* q, const double* x, int d, double bound) {
+    double s = 0.0;
+    for (int t = 0; t < d; ++t) {
+        double u = q[t] - x[t];
+        s += u * u;
+        if (s > bound) return -1.0;
+    }
+    return s;
+}
+
+// ------------------------------------------------------------------ brute
+
+extern "C" __global__ void knn_brute(const double* Q, const long long* qids, int m, const double* X, long long n,
+                                     int d, long long first_id, int exclude, double* HD, long long* HJ, int k) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= m) return;
+    const double* q = Q + (size_t)t * d;
+    double* hd = HD + (size_t)t * k;
+    long long* hj = HJ + (size_t)t * k;
+    long long qid = qids[t];
+    for (long long b = 0; b < n; ++b) {
+        double s = bounded_d2(q, X + (size_t)b * d, d, hd[0]);
+        if (s >= 0.0) {
+            long long jid = first_id + b;
+            if (!(exclude && jid == qid)) offer(hd, hj, k, s, jid);
+        }
+    }
+}
+
+// ------------------------------------------------------------------ grid
+
+struct Grid {
+    const double* pts;      // sorted by cell, float64 (n x d)
+    const long long* perm;  // original row of each sorted point
+    const long long* ids;   // linear ids of the non-empty cells (ncell)
+    const long long* start; // first sorted point of each non-empty cell (ncell + 1)
+    const long long* ccoords;  // cell coordinates (ncell x kd)
+    const long long* dense; // first point with cell id >= lid (total + 1), or null
+    const long long* dims;
+    const double* origin;
+    const double* widths;
+    const long long* ncells;
+    const long long* strides;
+    const double* slack;
+    int kd, d;
+    long long ncell;
+};
+
+__device__ void cell_range(const Grid& g, long long lid, long long* s, long long* e) {
+    if (g.dense) {
+        *s = g.dense[lid];
+        *e = g.dense[lid + 1];
+        return;
+    }
+    long long lo = 0, hi = g.ncell;  // first id >= lid
+    while (lo < hi) {
+        long long mid = (lo + hi) / 2;
+        if (g.ids[mid] < lid) lo = mid + 1; else hi = mid;
+    }
+    if (lo < g.ncell && g.ids[lo] == lid) {
+        *s = g.start[lo];
+        *e = g.start[lo + 1];
+    } else {
+        *s = *e = 0;
+    }
+}
+
+__device__ double cell_bound(const Grid& g, const double* q, const long long* coords) {
+    double s = 0.0;
+    for (int m = 0; m < g.kd; ++m) {
+        double lo = g.origin[m] + coords[m] * g.widths[m] - g.slack[m];
+        double hi = lo + g.widths[m] + 2.0 * g.slack[m];
+        double x = q[g.dims[m]];
+        double gap = x < lo ? lo - x : (x > hi ? x - hi : 0.0);
+        s += gap * gap;
+    }
+    return s * SHRINK;
+}
+
+__device__ void scan(const Grid& g, const double* q, long long qid, int exclude, long long first_id, long long a,
+                     long long b, double* hd, long long* hj, int k) {
+    for (long long p = a; p < b; ++p) {
+        double s = bounded_d2(q, g.pts + (size_t)p * g.d, g.d, hd[0]);
+        if (s >= 0.0) {
+            long long jid = first_id + g.perm[p];
+            if (!(exclude && jid == qid)) offer(hd, hj, k, s, jid);
+        }
+    }
+}
+
+#define MAXKD 8
+
+// rings of cells at Chebyshev distance r, r + 1, ... from the query's clamped cell (kernels/knn.py _rings)
+__device__ void rings(const Grid& g, const double* q, long long qid, int exclude, long long first_id,
+                      const long long* coords, double* hd, long long* hj, int k, long long r) {
+    long long lo[MAXKD], hi[MAXKD], cur[MAXKD];
+    int kd = g.kd;
+    while (true) {
+        double cube = 1.0;
+        for (int m = 0; m < kd; ++m) {
+            lo[m] = coords[m] - r > 0 ? coords[m] - r : 0;
+            hi[m] = coords[m] + r < g.ncells[m] - 1 ? coords[m] + r : g.ncells[m] - 1;
+            cube *= (double)(hi[m] - lo[m] + 1);
+        }
+        if (cube > 4.0 * (double)g.ncell) {
+            for (long long c = 0; c < g.ncell; ++c) {
+                bool inner = true;
+                for (int m = 0; m < kd; ++m) {
+                    long long off = g.ccoords[c * kd + m] - coords[m];
+                    if ((off < 0 ? -off : off) >= r) inner = false;
+                }
+                if (inner) continue;
+                if (cell_bound(g, q, g.ccoords + c * kd) > hd[0]) continue;
+                scan(g, q, qid, exclude, first_id, g.start[c], g.start[c + 1], hd, hj, k);
+            }
+            return;
+        }
+        for (int m = 0; m < kd; ++m) cur[m] = lo[m];
+        while (true) {
+            bool ring = false;
+            long long lid = 0;
+            for (int m = 0; m < kd; ++m) {
+                long long off = cur[m] - coords[m];
+                if ((off < 0 ? -off : off) == r) ring = true;
+                lid += cur[m] * g.strides[m];
+            }
+            if (ring && cell_bound(g, q, cur) <= hd[0]) {
+                long long s, e;
+                cell_range(g, lid, &s, &e);
+                if (e > s) scan(g, q, qid, exclude, first_id, s, e, hd, hj, k);
+            }
+            int m = kd - 1;
+            while (m >= 0) {
+                cur[m] += 1;
+                if (cur[m] <= hi[m]) break;
+                cur[m] = lo[m];
+                m -= 1;
+            }
+            if (m < 0) break;
+        }
+        double left = INFINITY;
+        for (int m = 0; m < kd; ++m) {
+            double x = q[g.dims[m]];
+            if (lo[m] > 0) {
+                double gap = x - (g.origin[m] + lo[m] * g.widths[m] + g.slack[m]);
+                double v = gap > 0.0 ? gap * gap : 0.0;
+                left = v < left ? v : left;
+            }
+            if (hi[m] < g.ncells[m] - 1) {
+                double gap = g.origin[m] + (hi[m] + 1) * g.widths[m] - g.slack[m] - x;
+                double v = gap > 0.0 ? gap * gap : 0.0;
+                left = v < left ? v : left;
+            }
+        }
+        if (left == INFINITY || left * SHRINK > hd[0]) return;
+        r += 1;
+    }
+}
+
+extern "C" __global__ void knn_grid(const double* Q, const long long* qids, const long long* order, int m,
+                                    const double* pts, const long long* perm, const long long* ids,
+                                    const long long* start, const long long* ccoords, const long long* dense,
+                                    int has_dense, const long long* dims, const double* origin,
+                                    const double* widths, const long long* ncells, const long long* strides,
+                                    const double* slack, int kd_, int d, long long ncell,
+                                    const long long* offsets, const double* coarse, int nstencil,
+                                    long long radius, double outside, long long first_id, int exclude,
+                                    double* HD, long long* HJ, int k) {
+    int u = blockIdx.x * blockDim.x + threadIdx.x;
+    if (u >= m) return;
+    Grid g = {pts, perm, ids, start, ccoords, has_dense ? dense : nullptr, dims, origin, widths, ncells, strides,
+              slack, kd_, d, ncell};
+    int t = (int)order[u];
+    const double* q = Q + (size_t)t * g.d;
+    double* hd = HD + (size_t)t * k;
+    long long* hj = HJ + (size_t)t * k;
+    long long qid = qids[t];
+    int kd = g.kd;
+    if (kd == 0) {
+        scan(g, q, qid, exclude, first_id, 0, g.start[g.ncell], hd, hj, k);
+        return;
+    }
+    long long coords[MAXKD], cur[MAXKD];
+    bool inside = true;
+    for (int a = 0; a < kd; ++a) {
+        long long c = (long long)floor((q[g.dims[a]] - g.origin[a]) / g.widths[a]);
+        inside = inside && c >= 0 && c < g.ncells[a];
+        coords[a] = c < 0 ? 0 : (c > g.ncells[a] - 1 ? g.ncells[a] - 1 : c);
+    }
+    if (!inside) {
+        rings(g, q, qid, exclude, first_id, coords, hd, hj, k, 0);
+        return;
+    }
+    for (int s = 0; s < nstencil; ++s) {
+        if (coarse[s] > hd[0]) break;
+        long long lid = 0;
+        bool valid = true;
+        for (int a = 0; a < kd; ++a) {
+            cur[a] = coords[a] + offsets[s * kd + a];
+            if (cur[a] < 0 || cur[a] >= g.ncells[a]) valid = false;
+            lid += cur[a] * g.strides[a];
+        }
+        if (!valid || cell_bound(g, q, cur) > hd[0]) continue;
+        long long a0, b0;
+        cell_range(g, lid, &a0, &b0);
+        if (b0 > a0) scan(g, q, qid, exclude, first_id, a0, b0, hd, hj, k);
+    }
+    if (outside > hd[0]) return;
+    rings(g, q, qid, exclude, first_id, coords, hd, hj, k, radius + 1);
+}

@@ -1,0 +1,89 @@
+"""kNN-join, GPU drivers (CuPy): ``cuda/knn.cu``, one thread per query, the CPU drivers' logic and protocol.
+
+``KnnGridGpu`` builds the block's grid index and sorted stencil on the host (the CPU driver's
+own, :class:`~.knn.KnnGrid`) and searches on the device; ``KnnBruteGpu`` scans every row of
+the block.  The running lists come from the host and go back to it after each block, so a
+query's lists continue across blocks and backends exactly as on the CPU: the same decisions
+(float64, dimension order, ties by the smaller ``j``), the same result.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .gpu_common import cupy, kernel
+from .knn import KnnGrid, _query_order
+
+THREADS = 128
+
+
+def _launch(name: str, m: int, args) -> None:
+    kernel("knn.cu", name)(((m + THREADS - 1) // THREADS,), (THREADS,), args)
+
+
+def _lists_to_device(best_d2, best_j):
+    cp = cupy()
+    return cp.asarray(best_d2), cp.asarray(best_j)
+
+
+def _lists_back(dev_d2, dev_j, best_d2, best_j) -> None:
+    dev_d2.get(out=best_d2)
+    dev_j.get(out=best_j)
+
+
+class KnnBruteGpu:
+    """``brute`` on the GPU: every row of the block against every query, one thread per query."""
+
+    backend = "gpu"
+
+    def __init__(self, data, k: int, first_id: int = 0):
+        cp = cupy()
+        self.data = cp.ascontiguousarray(cp.asarray(data, dtype=cp.float64))
+        self.k, self.first_id = int(k), int(first_id)
+
+    def search(self, queries, query_ids, best_d2, best_j, exclude_self: bool) -> None:
+        cp = cupy()
+        m, n = len(queries), int(self.data.shape[0])
+        if not m or not n:
+            return
+        q = cp.ascontiguousarray(cp.asarray(queries, dtype=cp.float64))
+        ids = cp.asarray(np.ascontiguousarray(query_ids, np.int64))
+        hd, hj = _lists_to_device(best_d2, best_j)
+        _launch("knn_brute", m, (q, ids, np.int32(m), self.data, np.int64(n), np.int32(q.shape[1]),
+                                 np.int64(self.first_id), np.int32(bool(exclude_self)), hd, hj, np.int32(self.k)))
+        _lists_back(hd, hj, best_d2, best_j)
+
+
+class KnnGridGpu:
+    """``grid`` on the GPU: the CPU driver's index and stencil, searched on the device."""
+
+    backend = "gpu"
+
+    def __init__(self, data, k: int, first_id: int = 0):
+        cp = cupy()
+        host = KnnGrid(np.ascontiguousarray(cp.asnumpy(data) if hasattr(data, "get") else data), k, first_id)
+        self.host, self.k, self.first_id = host, int(k), int(first_id)
+        pts, ids, start, ccoords, perm, dense = host.index
+        dims, origin, widths, ncells, strides, slack = host.grid
+        offsets, coarse, outside = host.stencil
+        up = cp.asarray
+        self.index = (up(pts), up(perm), up(ids), up(start), up(np.ascontiguousarray(ccoords)),
+                      up(dense if len(dense) else np.zeros(1, np.int64)), np.int32(len(dense) > 0))
+        self.grid = (up(dims), up(origin), up(widths), up(ncells), up(strides), up(slack), np.int32(len(dims)),
+                     np.int32(pts.shape[1]), np.int64(len(ids)))
+        radius = int(np.abs(offsets).max()) if offsets.size else 0
+        self.stencil = (up(np.ascontiguousarray(offsets)), up(coarse), np.int32(len(coarse)), np.int64(radius),
+                        np.float64(outside))
+
+    def search(self, queries, query_ids, best_d2, best_j, exclude_self: bool) -> None:
+        cp = cupy()
+        m = len(queries)
+        if not m or not self.host.n:
+            return
+        queries = np.ascontiguousarray(cp.asnumpy(queries) if hasattr(queries, "get") else queries)
+        order = cp.asarray(_query_order(queries, self.host.spec))
+        q = cp.ascontiguousarray(cp.asarray(queries, dtype=cp.float64))
+        ids = cp.asarray(np.ascontiguousarray(query_ids, np.int64))
+        hd, hj = _lists_to_device(best_d2, best_j)
+        _launch("knn_grid", m, (q, ids, order, np.int32(m), *self.index, *self.grid, *self.stencil,
+                                np.int64(self.first_id), np.int32(bool(exclude_self)), hd, hj, np.int32(self.k)))
+        _lists_back(hd, hj, best_d2, best_j)

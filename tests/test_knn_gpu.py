@@ -1,0 +1,57 @@
+"""The kNN-join's GPU drivers give the CPU drivers' rows, byte for byte (marked gpu)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import daskjoin as dj
+from daskjoin.kernels.gpu_common import gpu_available
+from daskjoin.kernels.knn import empty_lists
+from daskjoin.kernels.registry import make
+
+from test_knn import clumps, oracle, same
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")]
+
+
+def _datasets():
+    rng = np.random.default_rng(0)
+    yield "clumps", clumps(1500), None
+    yield "lattice", rng.integers(0, 6, (800, 3)).astype(np.float64), None
+    yield "dups", np.repeat(rng.random((50, 2)), 8, axis=0).astype(np.float32), None
+    yield "offset", (rng.random((600, 2)) * 1e-3 + 1e6), None
+    yield "d1", rng.random((700, 1)).astype(np.float32), None
+    yield "d8", rng.random((500, 8)), None
+    yield "cross-far", rng.random((300, 3)) + 50.0, rng.random((900, 3)).astype(np.float32)
+    yield "cross", clumps(400, seed=2), clumps(700, seed=3)
+
+
+@pytest.mark.parametrize("method", ["grid", "brute"])
+@pytest.mark.parametrize("name,a,b", list(_datasets()), ids=[n for n, _, _ in _datasets()])
+def test_gpu_rows_equal_the_oracle_and_the_cpu(method, name, a, b):
+    for k in (1, 7, 40):
+        cpu = dj.knn_join(a, b, k=k, method=method, backend="cpu").compute().reset_index(drop=True)
+        gpu = dj.knn_join(a, b, k=k, method=method, backend="gpu").compute().reset_index(drop=True)
+        pd.testing.assert_frame_equal(gpu, cpu)
+        if len(a) <= 800:
+            same(gpu, oracle(a, b, k))
+
+
+def test_gpu_lists_continue_across_blocks_and_backends():
+    """A query's lists carried from a CPU block into a GPU block (and back) give the one-block answer."""
+    x = clumps(900)
+    best = empty_lists(len(x), 9)
+    for (lo, hi), backend in (((0, 300), "cpu"), ((300, 700), "gpu"), ((700, 900), "cpu")):
+        make("knn", "grid", backend, x[lo:hi], 9, lo).search(x, np.arange(len(x)), *best, True)
+    whole = empty_lists(len(x), 9)
+    make("knn", "brute", "gpu", x, 9, 0).search(x, np.arange(len(x)), *whole, True)
+    np.testing.assert_array_equal(np.sort(best[1], axis=1), np.sort(whole[1], axis=1))
+
+
+def test_gpu_small_budget_and_large_k():
+    x = clumps(3000)
+    got = dj.knn_join(x, k=600, backend="gpu", memory_budget="8MB").compute().reset_index(drop=True)
+    want = dj.knn_join(x, k=600, backend="cpu", memory_budget="8MB").compute().reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, want)
+    assert len(got) == 3000 * 600
