@@ -198,3 +198,15 @@ def test_cli_knn_and_plan(tmp_path, zarr_writer):
         assert not (tmp_path / "bad").exists()
     proc = run_cli(["plan", path, "--knn", "3", "--eps", "0.1"], tmp_path)
     assert proc.returncode == 2 and "not both" in proc.stderr
+
+
+@pytest.mark.parametrize("d", [2, 5])
+def test_large_k_starts_from_an_upper_bound(d):
+    """k >= SEED_MIN_K: lists start from an upper bound of the k-th distance (kernels/knn._seed); a lattice
+    puts many rows exactly at it, and d = 5 leaves two dimensions the grid does not index."""
+    from daskjoin.kernels.knn import SEED_MIN_K
+
+    x = np.random.default_rng(4).integers(0, 7, (700, d)).astype(np.float32)
+    k = SEED_MIN_K + 50
+    same(dj.knn_join(x, k=k, method="grid").compute(), oracle(x, None, k))
+    same(dj.knn_join(x, x[:50] + 0.5, k=40, method="grid").compute(), oracle(x, x[:50] + 0.5, 40))

@@ -38,6 +38,8 @@ from .registry import KNN_ROW_VALUE
 NO_ID = np.iinfo(np.int64).max
 #: rounding headroom of a lower bound on a float64 squared distance (relative; far above d * 2**-52)
 _BOUND_SHRINK = 1.0 - 1e-12
+#: lists of at least this many neighbours start from an upper bound of the k-th distance (``_seed``)
+SEED_MIN_K = 64
 #: the grid indexes at most this many dimensions (ring enumeration grows as 3^dims)
 GRID_MAX_DIMS = 3
 
@@ -171,7 +173,7 @@ def _scan_cell(q, qid, exclude, pts, perm, first_id, s, e, hd, hj):
 
 
 @numba.njit(cache=True, nogil=True)
-def _grid_query(q, qid, exclude, index, grid, stencil, first_id, hd, hj, coords, lo, hi, cur):
+def _grid_query(q, qid, exclude, index, grid, stencil, box, first_id, hd, hj, coords, lo, hi, cur):
     pts, ids, start, ccoords, perm, dense = index
     dims, origin, widths, ncells, strides, slack = grid
     offsets, coarse, outside = stencil
@@ -187,6 +189,8 @@ def _grid_query(q, qid, exclude, index, grid, stencil, first_id, hd, hj, coords,
     if not inside:  # (an A×B query outside the data's grid) rings from its nearest cell
         _rings(q, qid, exclude, index, grid, first_id, hd, hj, coords, lo, hi, cur, 0)
         return
+    if hd.shape[0] >= SEED_MIN_K and hd[0] == np.inf:
+        _seed(q, exclude, index, grid, stencil, box, hd, hj, coords, cur)
     # the cube of cells around the query's, nearest first by a bound that holds wherever the query
     # lies in its cell: once that bound passes the k-th distance, no later cell of the cube can help
     for s in range(offsets.shape[0]):
@@ -208,6 +212,56 @@ def _grid_query(q, qid, exclude, index, grid, stencil, first_id, hd, hj, coords,
         return
     _rings(q, qid, exclude, index, grid, first_id, hd, hj, coords, lo, hi, cur, (offsets.shape[0] and
            np.abs(offsets).max()) + 1)
+
+
+@numba.njit(cache=True, nogil=True)
+def _seed(q, exclude, index, grid, stencil, box, hd, hj, coords, cur):
+    """Fill an empty list with k copies of (U, NO_ID), U an upper bound of the query's k-th distance in this
+    block: the farthest corner of the nearest cells that hold k points (k + 1 with the query's own row).
+    Every true neighbour sorts before (U, NO_ID), so none is lost, and farther points are cut at once
+    instead of filling the list first (k in the thousands: most of the work)."""
+    pts, ids, start, ccoords, perm, dense = index
+    dims, origin, widths, ncells, strides, slack = grid
+    offsets, coarse, outside = stencil
+    blo, bhi, indexed = box
+    for j in range(hj.shape[0]):
+        if hj[j] != NO_ID:
+            return  # lists carried from an earlier block: nothing to seed
+    rest = 0.0  # the dimensions the grid does not index: the block's box bounds them
+    for t in range(q.shape[0]):
+        if not indexed[t]:
+            g = max(abs(q[t] - blo[t]), abs(q[t] - bhi[t]))
+            rest += g * g
+    need = hd.shape[0] + (1 if exclude else 0)
+    have = 0
+    far = 0.0
+    for s in range(offsets.shape[0]):
+        lid = 0
+        valid = True
+        for m in range(dims.shape[0]):
+            cur[m] = coords[m] + offsets[s, m]
+            if cur[m] < 0 or cur[m] >= ncells[m]:
+                valid = False
+            lid += cur[m] * strides[m]
+        if not valid:
+            continue
+        a, b = _cell_range(lid, ids, start, dense)
+        if b <= a:
+            continue
+        corner = rest
+        for m in range(dims.shape[0]):
+            c0 = origin[m] + cur[m] * widths[m] - slack[m]
+            c1 = c0 + widths[m] + 2.0 * slack[m]
+            x = q[dims[m]]
+            g = max(abs(x - c0), abs(x - c1))
+            corner += g * g
+        far = max(far, corner)
+        have += b - a
+        if have >= need:
+            bound = far * (1.0 + 1e-9)  # above any rounding of a computed squared distance within it
+            for j in range(hd.shape[0]):
+                hd[j] = bound
+            return
 
 
 @numba.njit(cache=True, nogil=True)
@@ -274,7 +328,7 @@ def _rings(q, qid, exclude, index, grid, first_id, hd, hj, coords, lo, hi, cur, 
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _grid(queries, qids, exclude, index, grid, stencil, first_id, best_d2, best_j, order):
+def _grid(queries, qids, exclude, index, grid, stencil, box, first_id, best_d2, best_j, order):
     kd, d, m = grid[0].shape[0], queries.shape[1], order.shape[0]
     chunks = min(m, 1024)
     for c in numba.prange(chunks):
@@ -287,8 +341,8 @@ def _grid(queries, qids, exclude, index, grid, stencil, first_id, best_d2, best_
             t = order[u]
             for v in range(d):
                 q[v] = queries[t, v]
-            _grid_query(q, qids[t], exclude, index, grid, stencil, first_id, best_d2[t], best_j[t], coords, lo, hi,
-                        cur)
+            _grid_query(q, qids[t], exclude, index, grid, stencil, box, first_id, best_d2[t], best_j[t], coords, lo,
+                        hi, cur)
 
 
 def _query_order(queries: np.ndarray, spec) -> np.ndarray:
@@ -362,6 +416,9 @@ class KnnGrid:
         s = self.spec
         self.grid = (s.dims, s.origin, s.widths, s.ncells, s.strides, boundary_slack(s))
         self.stencil = stencil(self.grid)
+        indexed = np.zeros(data.shape[1], np.bool_)
+        indexed[s.dims] = True
+        self.box = (lo, hi, indexed)
 
     def search(self, queries, query_ids, best_d2, best_j, exclude_self: bool) -> None:
         if not len(queries) or not self.n:
@@ -372,28 +429,54 @@ class KnnGrid:
             # threads' shares stay spread over the data
             order = _query_order(queries, self.spec)
             _grid(queries, np.ascontiguousarray(query_ids, np.int64), bool(exclude_self),
-                  self.index, self.grid, self.stencil, self.first_id, best_d2, best_j, order)
+                  self.index, self.grid, self.stencil, self.box, self.first_id, best_d2, best_j, order)
 
 
 # ------------------------------------------------------------------ the lists as output rows
 
 
 @numba.njit(cache=True, nogil=True)
-def _sort_by(key1, key2, other, a, b):
-    """Sort [a, b) by (key1, key2), ``other`` moved along (insertion sort for short runs, else argsort)."""
-    if b - a <= 64:
-        for u in range(a + 1, b):
+def _sift(key1, key2, other, at, n):
+    """Sift entry ``at`` down the max-heap [0, n) ordered by (key1, key2)."""
+    while True:
+        left = 2 * at + 1
+        if left >= n:
+            return
+        big = left
+        if left + 1 < n and (key1[left] < key1[left + 1] or (key1[left] == key1[left + 1] and key2[left] < key2[left + 1])):
+            big = left + 1
+        if key1[at] > key1[big] or (key1[at] == key1[big] and key2[at] >= key2[big]):
+            return
+        key1[at], key1[big] = key1[big], key1[at]
+        key2[at], key2[big] = key2[big], key2[at]
+        other[at], other[big] = other[big], other[at]
+        at = big
+
+
+@numba.njit(cache=True, nogil=True)
+def _sort_by(key1, key2, other, n, heap):
+    """Sort [0, n) ascending by (key1, key2), ``other`` moved along: insertion sort for short runs; else
+    ``heap`` (the arrays are a max-heap by those keys) the heapsort's extraction, in place, or ``key1``
+    distinct, an argsort of it."""
+    if n <= 32:
+        for u in range(1, n):
             k1, k2, o = key1[u], key2[u], other[u]
             v = u - 1
-            while v >= a and (key1[v] > k1 or (key1[v] == k1 and key2[v] > k2)):
+            while v >= 0 and (key1[v] > k1 or (key1[v] == k1 and key2[v] > k2)):
                 key1[v + 1], key2[v + 1], other[v + 1] = key1[v], key2[v], other[v]
                 v -= 1
             key1[v + 1], key2[v + 1], other[v + 1] = k1, k2, o
         return
-    order = np.argsort(key2[a:b], kind="mergesort")  # by key2, then stably by key1: (key1, key2) order
-    order = order[np.argsort(key1[a:b][order], kind="mergesort")]
-    k1, k2, o = key1[a:b][order], key2[a:b][order], other[a:b][order]
-    key1[a:b], key2[a:b], other[a:b] = k1, k2, o
+    if not heap:  # distinct key1 (the j sort): numba's quicksort beats a heapsort 2-3x at k ~ 1000
+        order = np.argsort(key1[:n])
+        k1, k2, o = key1[:n][order], key2[:n][order], other[:n][order]
+        key1[:n], key2[:n], other[:n] = k1, k2, o
+        return
+    for end in range(n - 1, 0, -1):
+        key1[0], key1[end] = key1[end], key1[0]
+        key2[0], key2[end] = key2[end], key2[0]
+        other[0], other[end] = other[end], other[0]
+        _sift(key1, key2, other, 0, end)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -410,10 +493,10 @@ def _finish(best_d2, best_j, qids, oi, dist, rank):
         for t in range(c * m // chunks, (c + 1) * m // chunks):
             for u in range(k):
                 d[u], j[u], r[u] = best_d2[t, u], best_j[t, u], 0
-            _sort_by(d, j, r, 0, k)  # rank order: by (d2, j)
+            _sort_by(d, j, r, k, True)  # rank order: by (d2, j) (the lists are max-heaps by those keys)
             for u in range(k):
                 r[u] = u + 1
-            _sort_by(j, r, d, 0, k)  # then by j (distinct), ranks moved along
+            _sort_by(j, r, d, k, False)  # then by j (distinct), ranks moved along
             for u in range(k):
                 oi[t * k + u] = qids[t]
                 best_j[t, u] = j[u]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .gpu_common import cupy, kernel
-from .knn import KnnGrid, _query_order
+from .knn import SEED_MIN_K, KnnGrid, _query_order
 
 THREADS = 128
 
@@ -71,8 +71,9 @@ class KnnGridGpu:
         self.grid = (up(dims), up(origin), up(widths), up(ncells), up(strides), up(slack), np.int32(len(dims)),
                      np.int32(pts.shape[1]), np.int64(len(ids)))
         radius = int(np.abs(offsets).max()) if offsets.size else 0
+        lo, hi, indexed = host.box
         self.stencil = (up(np.ascontiguousarray(offsets)), up(coarse), np.int32(len(coarse)), np.int64(radius),
-                        np.float64(outside))
+                        np.float64(outside), up(lo), up(hi), up(indexed.astype(np.int8)), np.int32(SEED_MIN_K))
 
     def search(self, queries, query_ids, best_d2, best_j, exclude_self: bool) -> None:
         cp = cupy()

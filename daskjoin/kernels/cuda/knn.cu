@@ -189,6 +189,56 @@ __device__ void rings(const Grid& g, const double* q, long long qid, int exclude
     }
 }
 
+// fill an empty list with k copies of (U, NO_ID), U an upper bound of the k-th distance in this block
+// (kernels/knn.py _seed)
+__device__ void seed(const Grid& g, const double* q, int exclude, const long long* offsets, int nstencil,
+                     const double* blo, const double* bhi, const signed char* indexed, const long long* coords,
+                     double* hd, long long* hj, int k) {
+    const long long NO_ID = 0x7fffffffffffffffLL;
+    for (int j = 0; j < k; ++j)
+        if (hj[j] != NO_ID) return;
+    double rest = 0.0;
+    for (int t = 0; t < g.d; ++t) {
+        if (!indexed[t]) {
+            double a = fabs(q[t] - blo[t]), b = fabs(q[t] - bhi[t]);
+            double v = a > b ? a : b;
+            rest += v * v;
+        }
+    }
+    long long need = k + (exclude ? 1 : 0), have = 0;
+    long long cur[MAXKD];
+    double far = 0.0;
+    for (int s = 0; s < nstencil; ++s) {
+        long long lid = 0;
+        bool valid = true;
+        for (int m = 0; m < g.kd; ++m) {
+            cur[m] = coords[m] + offsets[s * g.kd + m];
+            if (cur[m] < 0 || cur[m] >= g.ncells[m]) valid = false;
+            lid += cur[m] * g.strides[m];
+        }
+        if (!valid) continue;
+        long long a0, b0;
+        cell_range(g, lid, &a0, &b0);
+        if (b0 <= a0) continue;
+        double corner = rest;
+        for (int m = 0; m < g.kd; ++m) {
+            double c0 = g.origin[m] + cur[m] * g.widths[m] - g.slack[m];
+            double c1 = c0 + g.widths[m] + 2.0 * g.slack[m];
+            double x = q[g.dims[m]];
+            double a = fabs(x - c0), b = fabs(x - c1);
+            double v = a > b ? a : b;
+            corner += v * v;
+        }
+        far = corner > far ? corner : far;
+        have += b0 - a0;
+        if (have >= need) {
+            double bound = far * (1.0 + 1e-9);
+            for (int j = 0; j < k; ++j) hd[j] = bound;
+            return;
+        }
+    }
+}
+
 extern "C" __global__ void knn_grid(const double* Q, const long long* qids, const long long* order, int m,
                                     const double* pts, const long long* perm, const long long* ids,
                                     const long long* start, const long long* ccoords, const long long* dense,
@@ -196,7 +246,8 @@ extern "C" __global__ void knn_grid(const double* Q, const long long* qids, cons
                                     const double* widths, const long long* ncells, const long long* strides,
                                     const double* slack, int kd_, int d, long long ncell,
                                     const long long* offsets, const double* coarse, int nstencil,
-                                    long long radius, double outside, long long first_id, int exclude,
+                                    long long radius, double outside, const double* blo, const double* bhi,
+                                    const signed char* indexed, int seed_min_k, long long first_id, int exclude,
                                     double* HD, long long* HJ, int k) {
     int u = blockIdx.x * blockDim.x + threadIdx.x;
     if (u >= m) return;
@@ -223,6 +274,8 @@ extern "C" __global__ void knn_grid(const double* Q, const long long* qids, cons
         rings(g, q, qid, exclude, first_id, coords, hd, hj, k, 0);
         return;
     }
+    if (k >= seed_min_k && hd[0] == INFINITY)
+        seed(g, q, exclude, offsets, nstencil, blo, bhi, indexed, coords, hd, hj, k);
     for (int s = 0; s < nstencil; ++s) {
         if (coarse[s] > hd[0]) break;
         long long lid = 0;
