@@ -16,8 +16,12 @@ from .knn import SEED_MIN_K, KnnGrid, _query_order
 THREADS = 128
 
 
-def _launch(name: str, m: int, args) -> None:
-    kernel("knn.cu", name)(((m + THREADS - 1) // THREADS,), (THREADS,), args)
+#: shared memory for the brute kernel's tile of data rows (float64)
+TILE_BYTES = 32 * 1024
+
+
+def _launch(name: str, m: int, args, shared: int = 0) -> None:
+    kernel("knn.cu", name)(((m + THREADS - 1) // THREADS,), (THREADS,), args, shared_mem=shared)
 
 
 def _lists_to_device(best_d2, best_j):
@@ -48,8 +52,11 @@ class KnnBruteGpu:
         q = cp.ascontiguousarray(cp.asarray(queries, dtype=cp.float64))
         ids = cp.asarray(np.ascontiguousarray(query_ids, np.int64))
         hd, hj = _lists_to_device(best_d2, best_j)
-        _launch("knn_brute", m, (q, ids, np.int32(m), self.data, np.int64(n), np.int32(q.shape[1]),
-                                 np.int64(self.first_id), np.int32(bool(exclude_self)), hd, hj, np.int32(self.k)))
+        d = int(q.shape[1])
+        tile = max(1, TILE_BYTES // (8 * d))
+        _launch("knn_brute", m, (q, ids, np.int32(m), self.data, np.int64(n), np.int32(d), np.int64(self.first_id),
+                                 np.int32(bool(exclude_self)), hd, hj, np.int32(self.k), np.int32(tile)),
+                shared=tile * d * 8)
         _lists_back(hd, hj, best_d2, best_j)
 
 

@@ -6,6 +6,7 @@
 // values (the data rows here are float64 copies, exact); partial sums stop once past the root.
 
 #define SHRINK (1.0 - 1e-12)
+#define DJ_INF __longlong_as_double(0x7ff0000000000000LL)  // NVRTC has no math.h DJ_INF
 
 __device__ __forceinline__ bool before(double d1, long long j1, double d2, long long j2) {
     return d1 < d2 || (d1 == d2 && j1 < j2);
@@ -42,19 +43,30 @@ __device__ __forceinline__ double bounded_d2(const double* q, const double* x, i
 
 // ------------------------------------------------------------------ brute
 
+// a block's threads (queries) read the data in tiles of `tile` rows staged in shared memory: each row is
+// read from memory once per block, not once per thread
 extern "C" __global__ void knn_brute(const double* Q, const long long* qids, int m, const double* X, long long n,
-                                     int d, long long first_id, int exclude, double* HD, long long* HJ, int k) {
+                                     int d, long long first_id, int exclude, double* HD, long long* HJ, int k,
+                                     int tile) {
+    extern __shared__ double sx[];
     int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= m) return;
-    const double* q = Q + (size_t)t * d;
-    double* hd = HD + (size_t)t * k;
-    long long* hj = HJ + (size_t)t * k;
-    long long qid = qids[t];
-    for (long long b = 0; b < n; ++b) {
-        double s = bounded_d2(q, X + (size_t)b * d, d, hd[0]);
-        if (s >= 0.0) {
-            long long jid = first_id + b;
-            if (!(exclude && jid == qid)) offer(hd, hj, k, s, jid);
+    bool live = t < m;
+    const double* q = Q + (size_t)(live ? t : 0) * d;
+    double* hd = HD + (size_t)(live ? t : 0) * k;
+    long long* hj = HJ + (size_t)(live ? t : 0) * k;
+    long long qid = live ? qids[t] : 0;
+    for (long long b0 = 0; b0 < n; b0 += tile) {
+        int rows = (int)(n - b0 < tile ? n - b0 : tile);
+        __syncthreads();
+        for (int e = threadIdx.x; e < rows * d; e += blockDim.x) sx[e] = X[(size_t)b0 * d + e];
+        __syncthreads();
+        if (!live) continue;
+        for (int r = 0; r < rows; ++r) {
+            double s = bounded_d2(q, sx + (size_t)r * d, d, hd[0]);
+            if (s >= 0.0) {
+                long long jid = first_id + b0 + r;
+                if (!(exclude && jid == qid)) offer(hd, hj, k, s, jid);
+            }
         }
     }
 }
@@ -170,7 +182,7 @@ __device__ void rings(const Grid& g, const double* q, long long qid, int exclude
             }
             if (m < 0) break;
         }
-        double left = INFINITY;
+        double left = DJ_INF;
         for (int m = 0; m < kd; ++m) {
             double x = q[g.dims[m]];
             if (lo[m] > 0) {
@@ -184,7 +196,7 @@ __device__ void rings(const Grid& g, const double* q, long long qid, int exclude
                 left = v < left ? v : left;
             }
         }
-        if (left == INFINITY || left * SHRINK > hd[0]) return;
+        if (left == DJ_INF || left * SHRINK > hd[0]) return;
         r += 1;
     }
 }
@@ -274,7 +286,7 @@ extern "C" __global__ void knn_grid(const double* Q, const long long* qids, cons
         rings(g, q, qid, exclude, first_id, coords, hd, hj, k, 0);
         return;
     }
-    if (k >= seed_min_k && hd[0] == INFINITY)
+    if (k >= seed_min_k && hd[0] == DJ_INF)
         seed(g, q, exclude, offsets, nstencil, blo, bhi, indexed, coords, hd, hj, k);
     for (int s = 0; s < nstencil; ++s) {
         if (coarse[s] > hd[0]) break;
