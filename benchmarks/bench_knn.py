@@ -9,8 +9,8 @@ Workloads (``--workloads``, comma-separated):
 
 Per workload, each timed with ``time.perf_counter`` (best of ``--repeat``):
 
-1. daskjoin kernel: the driver of ``method`` on ``backend`` built on the data, searched for every
-   row, and the lists turned into rows (``kernels/knn.finish``): numpy in, rows in host memory.
+1. daskjoin kernel: the driver of ``method`` on ``backend`` built on the data and its ``rows`` for every
+   row (lists searched and turned into output rows): numpy in, rows in host memory.
 2. daskjoin end to end: ``dj.knn_join(x, k=k).compute()`` in this process (no cluster) - the
    notebook path, planning and the frame included.
 3. ``scipy.spatial.cKDTree(x).query(x, k + 1, workers=-1)`` (tree build included, every core).
@@ -51,17 +51,11 @@ def _best(fn, repeat):
 
 
 def kernel_rows(x, k, method, backend, budget=None):
-    from daskjoin.kernels.knn import empty_lists, finish
+    """The driver alone: built on ``x``, every row searched, the rows made (``rows``), numpy in and out."""
     from daskjoin.kernels.registry import make
 
-    if backend == "gpu":
-        import cupy as cp
-
-        cp.cuda.Device().synchronize()
     ids = np.arange(len(x), dtype=np.int64)
-    best = empty_lists(len(x), k)
-    make("knn", method, backend, x, k, 0).search(x, ids, *best, True)
-    return finish(*best, ids)
+    return make("knn", method, backend, x, k, 0).rows(x, ids, True)
 
 
 def exact_kth_sets(x, rows, k, i_rows):

@@ -118,10 +118,18 @@ def _brute(queries, qids, exclude, x, first_id, best_d2, best_j):
                 _visit(q, qids[t], exclude, x, b, first_id + b, hd, hj)
 
 
+def rows(driver, queries, query_ids, exclude_self: bool):
+    """Every query's k nearest rows of the driver's block as output rows: fresh lists, searched, finished."""
+    best = empty_lists(len(queries), driver.k)
+    driver.search(queries, query_ids, *best, exclude_self)
+    return finish(*best, query_ids)
+
+
 class KnnBrute:
     """``brute`` on the CPU: every row of the block against every query."""
 
     backend = "cpu"
+    rows = rows
 
     def __init__(self, data: np.ndarray, k: int, first_id: int = 0):
         self.data = np.ascontiguousarray(data)
@@ -402,6 +410,7 @@ class KnnGrid:
     """``grid`` on the CPU: the block's ε-grid index, searched in growing rings per query."""
 
     backend = "cpu"
+    rows = rows
 
     def __init__(self, data: np.ndarray, k: int, first_id: int = 0):
         data = np.ascontiguousarray(data)

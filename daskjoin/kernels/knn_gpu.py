@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .gpu_common import cupy, kernel
-from .knn import SEED_MIN_K, KnnGrid, _query_order
+from .knn import SEED_MIN_K, KnnGrid
 
 THREADS = 128
 
@@ -22,6 +22,38 @@ TILE_BYTES = 32 * 1024
 
 def _launch(name: str, m: int, args, shared: int = 0) -> None:
     kernel("knn.cu", name)(((m + THREADS - 1) // THREADS,), (THREADS,), args, shared_mem=shared)
+
+
+def _rows_on_device(hd, hj, query_ids):
+    """``finish`` on the device: rows (i, j, value) of full lists, per query in order of j, to the host."""
+    from .knn import NO_ID
+    from .registry import KNN_ROW_VALUE
+
+    cp = cupy()
+    m, k = hd.shape
+    if m and bool((hj == NO_ID).any()):
+        raise RuntimeError("a kNN query found fewer than k neighbours (a bug in daskjoin: please report it)")
+    by_j = cp.argsort(hj, axis=1)  # stable sorts along each row: by j, then by d2 -> the (d2, j) rank order
+    j = cp.take_along_axis(hj, by_j, axis=1)
+    d2 = cp.take_along_axis(hd, by_j, axis=1)
+    rank = cp.argsort(cp.argsort(d2, axis=1), axis=1).astype(cp.uint64) + 1  # rank of each j-ordered entry
+    bits = cp.sqrt(d2).astype(cp.float32).view(cp.uint32).astype(cp.uint64)
+    value = (bits | (rank << 32)).ravel()  # little-endian record: dist (float32), then rank (int32)
+    i = np.repeat(np.asarray(query_ids, np.int64), k)
+    return i, cp.asnumpy(j.ravel()), cp.asnumpy(value).view(KNN_ROW_VALUE)
+
+
+def _query_order_device(q, host):
+    """Query rows ordered by their cell (on the device; the order only speeds the search up)."""
+    cp = cupy()
+    spec = host.spec
+    if spec.k == 0:
+        return cp.arange(q.shape[0], dtype=cp.int64)
+    lid = cp.zeros(q.shape[0], cp.int64)
+    for m in range(spec.k):
+        c = cp.floor((q[:, int(spec.dims[m])] - float(spec.origin[m])) / float(spec.widths[m]))
+        lid += cp.clip(c, 0, int(spec.ncells[m]) - 1).astype(cp.int64) * int(spec.strides[m])
+    return cp.argsort(lid)
 
 
 def _lists_to_device(best_d2, best_j):
@@ -45,19 +77,35 @@ class KnnBruteGpu:
         self.k, self.first_id = int(k), int(first_id)
 
     def search(self, queries, query_ids, best_d2, best_j, exclude_self: bool) -> None:
+        if not len(queries) or not len(self.data):
+            return
+        hd, hj = _lists_to_device(best_d2, best_j)
+        self._run(queries, query_ids, hd, hj, exclude_self)
+        _lists_back(hd, hj, best_d2, best_j)
+
+    def _run(self, queries, query_ids, hd, hj, exclude_self: bool) -> None:
         cp = cupy()
         m, n = len(queries), int(self.data.shape[0])
         if not m or not n:
             return
         q = cp.ascontiguousarray(cp.asarray(queries, dtype=cp.float64))
         ids = cp.asarray(np.ascontiguousarray(query_ids, np.int64))
-        hd, hj = _lists_to_device(best_d2, best_j)
         d = int(q.shape[1])
         tile = max(1, TILE_BYTES // (8 * d))
         _launch("knn_brute", m, (q, ids, np.int32(m), self.data, np.int64(n), np.int32(d), np.int64(self.first_id),
                                  np.int32(bool(exclude_self)), hd, hj, np.int32(self.k), np.int32(tile)),
                 shared=tile * d * 8)
-        _lists_back(hd, hj, best_d2, best_j)
+
+
+    def rows(self, queries, query_ids, exclude_self: bool):
+        """As :meth:`KnnGridGpu.rows`."""
+        from .knn import NO_ID
+
+        cp = cupy()
+        m = len(queries)
+        hd, hj = cp.full((m, self.k), cp.inf), cp.full((m, self.k), NO_ID, dtype=cp.int64)
+        self._run(queries, query_ids, hd, hj, exclude_self)
+        return _rows_on_device(hd, hj, query_ids)
 
 
 class KnnGridGpu:
@@ -82,16 +130,33 @@ class KnnGridGpu:
         self.stencil = (up(np.ascontiguousarray(offsets)), up(coarse), np.int32(len(coarse)), np.int64(radius),
                         np.float64(outside), up(lo), up(hi), up(indexed.astype(np.int8)), np.int32(SEED_MIN_K))
 
+    def _run(self, q, ids, order, hd, hj, exclude_self: bool) -> None:
+        m = int(q.shape[0])
+        _launch("knn_grid", m, (q, ids, order, np.int32(m), *self.index, *self.grid, *self.stencil,
+                                np.int64(self.first_id), np.int32(bool(exclude_self)), hd, hj, np.int32(self.k)))
+
+    def rows(self, queries, query_ids, exclude_self: bool):
+        """Every query's k nearest rows of this block, as output rows: lists made, searched and finished on
+        the device (one transfer of the rows), the same rows as :func:`daskjoin.kernels.knn.finish`'s."""
+        from .knn import NO_ID
+
+        cp = cupy()
+        m = len(queries)
+        q = cp.ascontiguousarray(cp.asarray(queries, dtype=cp.float64))
+        hd, hj = cp.full((m, self.k), cp.inf), cp.full((m, self.k), NO_ID, dtype=cp.int64)
+        if m and self.host.n:
+            self._run(q, cp.asarray(np.ascontiguousarray(query_ids, np.int64)), _query_order_device(q, self.host),
+                      hd, hj, exclude_self)
+        return _rows_on_device(hd, hj, query_ids)
+
     def search(self, queries, query_ids, best_d2, best_j, exclude_self: bool) -> None:
         cp = cupy()
         m = len(queries)
         if not m or not self.host.n:
             return
         queries = np.ascontiguousarray(cp.asnumpy(queries) if hasattr(queries, "get") else queries)
-        order = cp.asarray(_query_order(queries, self.host.spec))
         q = cp.ascontiguousarray(cp.asarray(queries, dtype=cp.float64))
-        ids = cp.asarray(np.ascontiguousarray(query_ids, np.int64))
         hd, hj = _lists_to_device(best_d2, best_j)
-        _launch("knn_grid", m, (q, ids, order, np.int32(m), *self.index, *self.grid, *self.stencil,
-                                np.int64(self.first_id), np.int32(bool(exclude_self)), hd, hj, np.int32(self.k)))
+        self._run(q, cp.asarray(np.ascontiguousarray(query_ids, np.int64)), _query_order_device(q, self.host), hd,
+                  hj, exclude_self)
         _lists_back(hd, hj, best_d2, best_j)

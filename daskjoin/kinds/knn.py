@@ -68,6 +68,9 @@ class KnnJob:
         ids = np.arange(*part.a, dtype=np.int64)
         best_d2, best_j = empty_lists(len(ids), self.k)
         data = self.reader_a if self.reader_b is None else self.reader_b
+        if len(self.blocks) == 1:  # the usual case: one search of the whole data, finished by the driver
+            lo, hi = self.blocks[0]
+            return make("knn", self.method, backend, data.read(lo, hi), self.k, lo).rows(queries, ids, self.selfjoin)
         if len(ids):
             q64 = queries.astype(np.float64, copy=False)
             qlo, qhi = q64.min(axis=0), q64.max(axis=0)
