@@ -27,11 +27,11 @@ SMALL = {
 }
 #: Text every run must print (stdout or a result's text/plain), and the least number of figures.
 EXPECTED_TEXT = {
-    "quickstart.ipynb": ["daskjoin plan:", "identical: True"],
+    "quickstart.ipynb": ["daskjoin plan:", "identical: True", "kNN identical to cKDTree: True"],
     "scale-out.ipynb": ["daskjoin plan:", "_SUCCESS", "read back:"],
     "near-duplicates.ipynb": ["identical: True"],
 }
-EXPECTED_FIGURES = {"quickstart.ipynb": 2, "scale-out.ipynb": 0, "near-duplicates.ipynb": 2}
+EXPECTED_FIGURES = {"quickstart.ipynb": 3, "scale-out.ipynb": 0, "near-duplicates.ipynb": 2}
 
 
 def _read(name: str):
