@@ -5,7 +5,9 @@ Workloads (``--workloads``, comma-separated):
 
 - ``3d``: ``--n`` uniform float32 points in the unit cube, 3-d, k = 16 (self-join);
 - ``64d``: ``--n64`` clustered 64-d points (``generate("clusters")``), k = 16;
-- ``bigk``: 200k × 3-d uniform, k = 1000, under a 2 GB memory budget.
+- ``bigk``: 200k × 3-d uniform, k = 1000, under a 2 GB memory budget;
+- ``gemm-crossover``: ``brute`` searching directly and through the GEMM filter, d = 4 .. 64
+  (``--crossover-n`` clustered rows, k = 16): where ``kernels.knn_gemm.GEMM_MIN_D`` comes from.
 
 Per workload, each timed with ``time.perf_counter`` (best of ``--repeat``):
 
@@ -98,6 +100,38 @@ def torch_brute(x, k, rows):
     return torch.cat(out).numpy()
 
 
+def gemm_crossover(args):
+    """Brute force direct against the GEMM filter (kernels/knn_gemm.py) by dimensionality: the data for GEMM_MIN_D.
+
+    Clustered rows (the 64d workload's recipe at each d), k = 16, self-join, the driver's ``search`` alone.
+    """
+    from daskjoin.io.synth import generate
+    from daskjoin.kernels import knn, knn_gemm
+
+    rows = []
+    for d in (2, 3, 4, 6, 8, 16, 64):
+        x = generate("clusters", args.crossover_n, d, seed=0)
+        ids = np.arange(len(x), dtype=np.int64)
+        times = {}
+        for name, threshold in (("direct", 10 ** 9), ("gemm", 1)):
+            knn_gemm.GEMM_MIN_D = threshold
+            driver = _brute_driver(x, args.backend)
+            driver.search(x[:500], ids[:500], *knn.empty_lists(500, 16), True)  # compile / warm
+            t, _, _ = _best(lambda: driver.search(x, ids, *knn.empty_lists(len(x), 16), True), args.repeat)
+            times[name] = t
+        rows.append({"d": d, "n": len(x), "direct_s": times["direct"], "gemm_s": times["gemm"],
+                     "gemm_speedup": times["direct"] / times["gemm"]})
+        print(f"d={d:<3} direct {times['direct']:7.3f} s  gemm {times['gemm']:7.3f} s  "
+              f"x{times['direct'] / times['gemm']:.2f}", flush=True)
+    return {"workload": "gemm-crossover", "backend": args.backend, "rows": rows}
+
+
+def _brute_driver(x, backend):
+    from daskjoin.kernels.registry import make
+
+    return make("knn", "brute", backend, x, 16, 0)
+
+
 def run(name, x, k, args, budget=None):
     import daskjoin as dj
 
@@ -158,6 +192,7 @@ def main(argv=None):
     p.add_argument("--ckdtree-max", type=int, default=5_000_000)
     p.add_argument("--torch-rows", type=int, default=1_000_000)
     p.add_argument("--skip-torch", action="store_true")
+    p.add_argument("--crossover-n", type=int, default=20_000, help="rows of the gemm-crossover workload")
     p.add_argument("--out-json", default=None)
     args = p.parse_args(argv)
     from daskjoin.io.synth import generate
@@ -168,6 +203,8 @@ def main(argv=None):
             results.append(run(name, generate("uniform", args.n, 3, seed=0), 16, args))
         elif name == "64d":
             results.append(run(name, generate("clusters", args.n64, 64, seed=0), 16, args))
+        elif name == "gemm-crossover":
+            results.append(gemm_crossover(args))
         elif name == "bigk":
             results.append(run(name, generate("uniform", 200_000, 3, seed=0), 1000, args, budget="2GB"))
         else:

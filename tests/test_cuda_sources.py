@@ -1,7 +1,7 @@
 """The CUDA sources compile for Hopper with nvcc, without register spills (skipped where nvcc is absent).
 
 Catches syntax errors and resource regressions before any GPU time is spent:
-no kernel may spill registers or use a stack frame (local memory).
+no kernel may spill registers or use a stack frame (local memory), except those in ``STACK_ALLOWED``.
 """
 import os
 import re
@@ -14,6 +14,15 @@ CUDA_DIR = os.path.join(os.path.dirname(__file__), "..", "daskjoin", "kernels", 
 SOURCES = sorted(f for f in os.listdir(CUDA_DIR) if f.endswith(".cu"))
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+
+
+#: kernels allowed a stack frame, and why (never spills)
+STACK_ALLOWED = {
+    # per-query cell coordinates and ring bounds (arrays of up to 3 indices, indexed at run time) live in
+    # local memory, L1-resident; the search is 15 ms of the 0.6 s a 2M x 3-d kNN-join takes on an H100
+    # (benchmarks/profile_knn_gpu.py), so registers would not be worth a kernel per dimensionality
+    "knn_grid": 512,
+}
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -30,7 +39,8 @@ def test_compiles_without_spills(source, tmp_path):
     assert kernels, report
     for name, stack, spill_st, spill_ld in kernels:
         assert int(spill_st) == 0 and int(spill_ld) == 0, f"{name} spills registers:\n{report}"
-        assert int(stack) == 0, f"{name} uses {stack} bytes of stack (local memory):\n{report}"
+        allowed = STACK_ALLOWED.get(name, 0)
+        assert int(stack) <= allowed, f"{name} uses {stack} bytes of stack (local memory):\n{report}"
 
 
 def test_sources_are_nvrtc_friendly():

@@ -25,6 +25,13 @@ def _datasets():
     yield "d8", rng.random((500, 8)), None
     yield "cross-far", rng.random((300, 3)) + 50.0, rng.random((900, 3)).astype(np.float32)
     yield "cross", clumps(400, seed=2), clumps(700, seed=3)
+    # the GEMM-form brute force (d >= 8): clusters, ties on a binary lattice, offsets, tiny scales, far queries
+    centres = rng.random((20, 64))
+    yield "d64-clusters", (centres[rng.integers(0, 20, 900)] + 0.05 * rng.standard_normal((900, 64))).astype(
+        np.float32), None
+    yield "d16-binary-offset", 1e6 + rng.integers(0, 2, (600, 16)).astype(np.float64), None
+    yield "d8-tiny", rng.random((500, 8)) * 1e-35, None
+    yield "d32-cross-far", rng.random((200, 32)) + 40.0, rng.random((700, 32)).astype(np.float32)
 
 
 @pytest.mark.parametrize("method", ["grid", "brute"])
@@ -55,3 +62,19 @@ def test_gpu_small_budget_and_large_k():
     want = dj.knn_join(x, k=600, backend="cpu", memory_budget="8MB").compute().reset_index(drop=True)
     pd.testing.assert_frame_equal(got, want)
     assert len(got) == 3000 * 600
+
+
+def test_gpu_gemm_filter_runs_and_agrees_with_the_cpu_lists():
+    """From 8 dimensions the GPU brute force filters by float32 products first: same lists as the CPU."""
+    from daskjoin.kernels.knn_gpu import KnnBruteGpu
+
+    rng = np.random.default_rng(5)
+    x = (rng.random((30, 48))[rng.integers(0, 30, 5000)] + 0.03 * rng.standard_normal((5000, 48)))
+    driver = KnnBruteGpu(x, 12)
+    assert driver.gemm is not None
+    gpu, cpu = empty_lists(len(x), 12), empty_lists(len(x), 12)
+    ids = np.arange(len(x))
+    driver.search(x, ids, *gpu, True)
+    make("knn", "brute", "cpu", x, 12, 0).search(x, ids, *cpu, True)
+    np.testing.assert_array_equal(gpu[0], cpu[0])
+    np.testing.assert_array_equal(gpu[1], cpu[1])

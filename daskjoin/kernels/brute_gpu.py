@@ -30,20 +30,12 @@ import os
 
 import numpy as np
 
-from .exact import eps_squared
+from .exact import eps_squared, error_constants
 from .gpu_common import cupy, device_budget_bytes, kernel, sorted_to_host, to_host
 from .grid_gpu import device_bounds, to_device64
 from .registry import bounded_ranges, split_batch, transfer_pairs
 
-U32 = 2.0 ** -24
 BLOCK = 256
-
-
-def error_constants(d: int) -> tuple[float, float]:
-    """(c1, c2) of the module docstring for dimensionality d."""
-    m = d + 4
-    gamma = m * U32 / (1.0 - m * U32)
-    return 2.0 * U32, 2.0 * gamma
 
 
 def pivot_order(x, tile: int):

@@ -32,3 +32,15 @@ def within(x, a, y, b, eps2):
         if s > eps2:
             return -1.0
     return s
+
+
+U32 = 2.0 ** -24
+
+
+def error_constants(d: int) -> tuple[float, float]:
+    """(c1, c2) of the float32 GEMM filters (``brute_gpu``, ``knn_gemm``) for dimensionality d: twice
+    the bounds u/(1-u) on a coordinate's rounding and gamma_{d+4} on the error of
+    |x~|^2 + |y~|^2 - 2 x~.y~ in float32, relative to (|x~| + |y~|)^2."""
+    m = d + 4
+    gamma = m * U32 / (1.0 - m * U32)
+    return 2.0 * U32, 2.0 * gamma

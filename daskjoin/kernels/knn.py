@@ -132,11 +132,20 @@ class KnnBrute:
     rows = rows
 
     def __init__(self, data: np.ndarray, k: int, first_id: int = 0):
+        from .knn_gemm import GEMM_MIN_D, GemmBrute
+
         self.data = np.ascontiguousarray(data)
         self.k, self.first_id = int(k), int(first_id)
+        # from GEMM_MIN_D dimensions, float32 products filter the rows first (kernels/knn_gemm.py)
+        wide = self.data.ndim == 2 and self.data.shape[1] >= GEMM_MIN_D and len(self.data)
+        self.gemm = GemmBrute(self.data, self.first_id) if wide else None
 
     def search(self, queries, query_ids, best_d2, best_j, exclude_self: bool) -> None:
         if not len(queries) or not len(self.data):
+            return
+        shifted = self.gemm.prepare(queries) if self.gemm is not None else None
+        if shifted is not None:
+            self.gemm.search(queries, shifted, query_ids, best_d2, best_j, exclude_self)
             return
         with serialised():
             _brute(np.ascontiguousarray(queries), np.ascontiguousarray(query_ids, np.int64), bool(exclude_self),

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gpu_common import cupy, kernel
+from .exact import error_constants
+from .gpu_common import cupy, device_budget_bytes, kernel
 from .knn import SEED_MIN_K, KnnGrid
 
 THREADS = 128
@@ -18,6 +19,9 @@ THREADS = 128
 
 #: shared memory for the brute kernel's tile of data rows (float64)
 TILE_BYTES = 32 * 1024
+#: the GEMM-form brute force: queries per product tile (threads of the filter) and the tile's bytes at most
+GEMM_QUERIES = 1 << 18
+GEMM_TILE_BYTES = 2 << 30
 
 
 def _launch(name: str, m: int, args, shared: int = 0) -> None:
@@ -72,9 +76,21 @@ class KnnBruteGpu:
     backend = "gpu"
 
     def __init__(self, data, k: int, first_id: int = 0):
+        import os
+
+        from .knn_gemm import GEMM_MIN_D, Shifted, box_centre
+
         cp = cupy()
         self.data = cp.ascontiguousarray(cp.asarray(data, dtype=cp.float64))
         self.k, self.first_id = int(k), int(first_id)
+        n, d = self.data.shape if self.data.ndim == 2 else (0, 0)
+        self.gemm = None
+        if n and d >= GEMM_MIN_D:  # float32 products filter the rows first (kernels/knn_gemm.py)
+            if os.environ.get("CUPY_TF32", "0") not in ("", "0"):
+                raise RuntimeError("CUPY_TF32 is set: TF32 products break the kNN filter's error bound; unset it")
+            self.centre = box_centre(self.data, cp)
+            self.gemm = Shifted(self.data, self.centre, cp)
+            self.c1, self.c2 = error_constants(d)
 
     def search(self, queries, query_ids, best_d2, best_j, exclude_self: bool) -> None:
         if not len(queries) or not len(self.data):
@@ -91,11 +107,36 @@ class KnnBruteGpu:
         q = cp.ascontiguousarray(cp.asarray(queries, dtype=cp.float64))
         ids = cp.asarray(np.ascontiguousarray(query_ids, np.int64))
         d = int(q.shape[1])
+        if self.gemm is not None:
+            from .knn_gemm import Shifted
+
+            shifted = Shifted(q, self.centre, cp)
+            if shifted.fits and self.gemm.fits:
+                self._run_gemm(q, shifted, ids, hd, hj, exclude_self)
+                return
         tile = max(1, TILE_BYTES // (8 * d))
         _launch("knn_brute", m, (q, ids, np.int32(m), self.data, np.int64(n), np.int32(d), np.int64(self.first_id),
                                  np.int32(bool(exclude_self)), hd, hj, np.int32(self.k), np.int32(tile)),
                 shared=tile * d * 8)
 
+
+    def _run_gemm(self, q, shifted, ids, hd, hj, exclude_self: bool) -> None:
+        """The GEMM-form search: float32 product tiles (cuBLAS), then the filter and exact decisions."""
+        cp = cupy()
+        m, n = int(q.shape[0]), int(self.data.shape[0])
+        mq = min(m, GEMM_QUERIES)
+        nt = max(256, min(n, device_budget_bytes(0.25) // (4 * mq), GEMM_TILE_BYTES // (4 * mq)))
+        x = self.gemm
+        for q0 in range(0, m, mq):
+            q1 = min(m, q0 + mq)
+            for x0 in range(0, n, nt):
+                x1 = min(n, x0 + nt)
+                g = cp.matmul(x.x32[x0:x1], shifted.x32[q0:q1].T)  # (rows x queries): coalesced reads per query
+                _launch("knn_gemm_filter", q1 - q0,
+                        (g, np.int32(q1 - q0), np.int32(x1 - x0), shifted.n2[q0:q1], shifted.norm[q0:q1],
+                         x.n2[x0:x1], x.norm[x0:x1], np.float64(self.c1), np.float64(self.c2), q[q0:q1],
+                         ids[q0:q1], self.data, np.int64(x0), np.int32(q.shape[1]), np.int64(self.first_id),
+                         np.int32(bool(exclude_self)), hd[q0:q1], hj[q0:q1], np.int32(self.k)))
 
     def rows(self, queries, query_ids, exclude_self: bool):
         """As :meth:`KnnGridGpu.rows`."""

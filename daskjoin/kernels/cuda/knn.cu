@@ -30,12 +30,14 @@ __device__ void offer(double* hd, long long* hj, int k, double d, long long j) {
     hj[at] = j;
 }
 
-// squared distance of query q (d values) and row x, or -1 once the partial sum passes bound
+// squared distance of query q (d values) and row x, or -1 once the partial sum passes bound; each
+// operation rounded on its own (__dsub_rn/__dmul_rn/__dadd_rn: no FMA contraction), as on the CPU, so
+// both backends decide on the same value to the last bit
 __device__ __forceinline__ double bounded_d2(const double* q, const double* x, int d, double bound) {
     double s = 0.0;
     for (int t = 0; t < d; ++t) {
-        double u = q[t] - x[t];
-        s += u * u;
+        double u = __dsub_rn(q[t], x[t]);
+        s = __dadd_rn(s, __dmul_rn(u, u));
         if (s > bound) return -1.0;
     }
     return s;
@@ -67,6 +69,40 @@ extern "C" __global__ void knn_brute(const double* Q, const long long* qids, int
                 long long jid = first_id + b0 + r;
                 if (!(exclude && jid == qid)) offer(hd, hj, k, s, jid);
             }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ brute in GEMM form (kernels/knn_gemm.py)
+
+// G (nt x mq, float32): products of the tile's shifted data rows and queries (cuBLAS, no TF32). A row
+// the test below cannot rule out is decided exactly; the proof that a ruled-out row can never enter
+// the list is in kernels/knn_gemm.py. Thread t reads G's column t: consecutive threads, consecutive words.
+#define ROOT_GROW (1.0 + 2e-9)
+extern "C" __global__ void knn_gemm_filter(const float* G, int mq, int nt, const float* qn2, const double* qnorm,
+                                           const float* xn2, const double* xnorm, double c1, double c2,
+                                           const double* Q, const long long* qids, const double* X, long long x0,
+                                           int d, long long first_id, int exclude, double* HD, long long* HJ,
+                                           int k) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= mq) return;
+    double* hd = HD + (size_t)t * k;
+    long long* hj = HJ + (size_t)t * k;
+    const double* q = Q + (size_t)t * d;
+    long long qid = qids[t];
+    double reach0 = sqrt(hd[0] * ROOT_GROW);
+    double qa = qnorm[t];
+    double qb = (double)qn2[t];
+    for (int b = 0; b < nt; ++b) {
+        double n = qa + xnorm[b];
+        double s = qb + (double)xn2[b] - 2.0 * (double)G[(size_t)b * mq + t];
+        double reach = c1 * n + reach0;
+        if (s > c2 * n * n + reach * reach) continue;
+        double e = bounded_d2(q, X + (size_t)(x0 + b) * d, d, hd[0]);
+        long long jid = first_id + x0 + b;
+        if (e >= 0.0 && !(exclude && jid == qid)) {
+            offer(hd, hj, k, e, jid);
+            reach0 = sqrt(hd[0] * ROOT_GROW);
         }
     }
 }
