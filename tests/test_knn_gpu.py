@@ -78,3 +78,29 @@ def test_gpu_gemm_filter_runs_and_agrees_with_the_cpu_lists():
     make("knn", "brute", "cpu", x, 12, 0).search(x, ids, *cpu, True)
     np.testing.assert_array_equal(gpu[0], cpu[0])
     np.testing.assert_array_equal(gpu[1], cpu[1])
+
+
+@pytest.mark.parametrize("method,d", [("grid", 3), ("grid", 1), ("brute", 2), ("brute", 48)])
+def test_gpu_lists_hold_the_cpu_distances_to_the_last_bit(method, d):
+    """float64 rows whose squared differences round: a fused multiply-add on the GPU would change the last
+    bit of d2 (and so a rank at a near-tie); both backends must decide on the same value."""
+    rng = np.random.default_rng(11 + d)
+    x = rng.standard_normal((3000, d)) * np.pi
+    ids = np.arange(len(x))
+    gpu, cpu = empty_lists(len(x), 10), empty_lists(len(x), 10)
+    make("knn", method, "gpu", x, 10, 0).search(x, ids, *gpu, True)
+    make("knn", method, "cpu", x, 10, 0).search(x, ids, *cpu, True)
+    np.testing.assert_array_equal(np.sort(gpu[0], axis=1), np.sort(cpu[0], axis=1))
+    np.testing.assert_array_equal(np.sort(gpu[1], axis=1), np.sort(cpu[1], axis=1))
+
+
+@pytest.mark.parametrize("k", [1, 2, 33, 1500])
+def test_gpu_finish_ranks_ties_by_j_for_any_k(k):
+    """The device finish (heap sorts per query, no cap on k) against the CPU finish, on a lattice full of ties."""
+    x = np.random.default_rng(3).integers(0, 4, (2000, 2)).astype(np.float32)
+    ids = np.arange(len(x))
+    for method in ("grid", "brute"):
+        got = make("knn", method, "gpu", x, k, 0).rows(x, ids, True)
+        want = make("knn", method, "cpu", x, k, 0).rows(x, ids, True)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)

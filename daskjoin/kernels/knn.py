@@ -415,6 +415,23 @@ def cell_width(lo: np.ndarray, hi: np.ndarray, n: int, k: int, dims: int = GRID_
     return min(max(radius, float(extent[0]) * 1e-9, np.finfo(np.float64).tiny), float(extent[0]))
 
 
+class GridGeometry:
+    """A block's grid for the kNN search, from its box alone (both backends): the cells (``spec``), the
+    arrays the kernels take (``grid``: dims, origin, widths, ncells, strides, slack), the sorted
+    ``stencil`` and ``box`` (lo, hi, which dimensions are indexed)."""
+
+    def __init__(self, lo: np.ndarray, hi: np.ndarray, n: int, k: int):
+        d = len(lo)
+        width = cell_width(lo, hi, n, k, min(GRID_MAX_DIMS, d))
+        self.spec = s = choose_grid(lo, hi, width, max_dims=GRID_MAX_DIMS)
+        self.grid = (s.dims, s.origin, s.widths, s.ncells, s.strides, boundary_slack(s))
+        self.stencil = stencil(self.grid)
+        indexed = np.zeros(d, np.bool_)
+        indexed[s.dims] = True
+        self.box = (np.asarray(lo, np.float64), np.asarray(hi, np.float64), indexed)
+        self.n = int(n)
+
+
 class KnnGrid:
     """``grid`` on the CPU: the block's ε-grid index, searched in growing rings per query."""
 
@@ -428,15 +445,10 @@ class KnnGrid:
             lo, hi = data.min(axis=0).astype(np.float64), data.max(axis=0).astype(np.float64)
         else:
             lo = hi = np.zeros(data.shape[1])
-        width = cell_width(lo, hi, self.n, self.k, min(GRID_MAX_DIMS, data.shape[1]))
-        self.spec = choose_grid(lo, hi, width, max_dims=GRID_MAX_DIMS)
+        self.geometry = GridGeometry(lo, hi, self.n, self.k)
+        self.spec, self.grid, self.stencil, self.box = (self.geometry.spec, self.geometry.grid,
+                                                        self.geometry.stencil, self.geometry.box)
         self.index = build_index(data, self.spec).as_tuple()
-        s = self.spec
-        self.grid = (s.dims, s.origin, s.widths, s.ncells, s.strides, boundary_slack(s))
-        self.stencil = stencil(self.grid)
-        indexed = np.zeros(data.shape[1], np.bool_)
-        indexed[s.dims] = True
-        self.box = (lo, hi, indexed)
 
     def search(self, queries, query_ids, best_d2, best_j, exclude_self: bool) -> None:
         if not len(queries) or not self.n:

@@ -1,10 +1,12 @@
 """kNN-join, GPU drivers (CuPy): ``cuda/knn.cu``, one thread per query, the CPU drivers' logic and protocol.
 
-``KnnGridGpu`` builds the block's grid index and sorted stencil on the host (the CPU driver's
-own, :class:`~.knn.KnnGrid`) and searches on the device; ``KnnBruteGpu`` scans every row of
-the block.  The running lists come from the host and go back to it after each block, so a
+``KnnGridGpu`` builds the block's grid index on the device (the cells of the CPU driver's
+:class:`~.knn.GridGeometry`, points sorted by cell id as in the ε-join's GPU grid) and searches there;
+``KnnBruteGpu`` scans every row of the block, from 4 dimensions through the float32 GEMM filter of
+:mod:`.knn_gemm`.  ``rows`` makes, searches and finishes the lists on the device (``knn_finish``) and
+copies the output rows once.  ``search`` takes running lists from the host and gives them back, so a
 query's lists continue across blocks and backends exactly as on the CPU: the same decisions
-(float64, dimension order, ties by the smaller ``j``), the same result.
+(float64, dimension order, no FMA contraction, ties by the smaller ``j``), the same result.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import numpy as np
 
 from .exact import error_constants
 from .gpu_common import cupy, device_budget_bytes, kernel
-from .knn import SEED_MIN_K, KnnGrid
+from .knn import SEED_MIN_K, GridGeometry
 
 THREADS = 128
 
@@ -29,7 +31,8 @@ def _launch(name: str, m: int, args, shared: int = 0) -> None:
 
 
 def _rows_on_device(hd, hj, query_ids):
-    """``finish`` on the device: rows (i, j, value) of full lists, per query in order of j, to the host."""
+    """``finish`` on the device (``knn_finish``, a thread per query): rows (i, j, value) of full lists, per
+    query in order of j, to the host.  The lists are consumed."""
     from .knn import NO_ID
     from .registry import KNN_ROW_VALUE
 
@@ -37,14 +40,12 @@ def _rows_on_device(hd, hj, query_ids):
     m, k = hd.shape
     if m and bool((hj == NO_ID).any()):
         raise RuntimeError("a kNN query found fewer than k neighbours (a bug in daskjoin: please report it)")
-    by_j = cp.argsort(hj, axis=1)  # stable sorts along each row: by j, then by d2 -> the (d2, j) rank order
-    j = cp.take_along_axis(hj, by_j, axis=1)
-    d2 = cp.take_along_axis(hd, by_j, axis=1)
-    rank = cp.argsort(cp.argsort(d2, axis=1), axis=1).astype(cp.uint64) + 1  # rank of each j-ordered entry
-    bits = cp.sqrt(d2).astype(cp.float32).view(cp.uint32).astype(cp.uint64)
-    value = (bits | (rank << 32)).ravel()  # little-endian record: dist (float32), then rank (int32)
+    j = cp.empty(m * k, cp.int64)
+    value = cp.empty(m * k, cp.uint64)  # little-endian record: dist (float32), then rank (int32)
+    if m:
+        _launch("knn_finish", m, (hd, hj, np.int32(m), np.int32(k), j, value))
     i = np.repeat(np.asarray(query_ids, np.int64), k)
-    return i, cp.asnumpy(j.ravel()), cp.asnumpy(value).view(KNN_ROW_VALUE)
+    return i, cp.asnumpy(j), cp.asnumpy(value).view(KNN_ROW_VALUE)
 
 
 def _query_order_device(q, host):
@@ -155,17 +156,26 @@ class KnnGridGpu:
     backend = "gpu"
 
     def __init__(self, data, k: int, first_id: int = 0):
+        from .grid_gpu import _DeviceIndex, device_bounds, to_device64
+
         cp = cupy()
-        host = KnnGrid(np.ascontiguousarray(cp.asnumpy(data) if hasattr(data, "get") else data), k, first_id)
+        x = to_device64(data)  # the index is built on the device (the same cells as the CPU driver's)
+        lo, hi = device_bounds(x)
+        host = GridGeometry(lo, hi, int(x.shape[0]), k)
         self.host, self.k, self.first_id = host, int(k), int(first_id)
-        pts, ids, start, ccoords, perm, dense = host.index
+        index = _DeviceIndex(x, host.spec)
+        coords = cp.zeros((int(index.cell_ids.shape[0]), host.spec.k), cp.int64)
+        rest = index.cell_ids.copy()
+        for m, stride in enumerate(host.spec.strides.tolist()):  # cell coordinates from the linear ids
+            coords[:, m] = rest // stride
+            rest -= coords[:, m] * stride
+        up = cp.asarray
+        self.index = (index.points, index.perm, index.cell_ids, index.cell_start, cp.ascontiguousarray(coords),
+                      index.dense, np.int32(index.ndense > 0))
         dims, origin, widths, ncells, strides, slack = host.grid
         offsets, coarse, outside = host.stencil
-        up = cp.asarray
-        self.index = (up(pts), up(perm), up(ids), up(start), up(np.ascontiguousarray(ccoords)),
-                      up(dense if len(dense) else np.zeros(1, np.int64)), np.int32(len(dense) > 0))
         self.grid = (up(dims), up(origin), up(widths), up(ncells), up(strides), up(slack), np.int32(len(dims)),
-                     np.int32(pts.shape[1]), np.int64(len(ids)))
+                     np.int32(x.shape[1]), np.int64(len(index.cell_ids)))
         radius = int(np.abs(offsets).max()) if offsets.size else 0
         lo, hi, indexed = host.box
         self.stencil = (up(np.ascontiguousarray(offsets)), up(coarse), np.int32(len(coarse)), np.int64(radius),

@@ -341,3 +341,62 @@ extern "C" __global__ void knn_grid(const double* Q, const long long* qids, cons
     if (outside > hd[0]) return;
     rings(g, q, qid, exclude, first_id, coords, hd, hj, k, radius + 1);
 }
+
+// ------------------------------------------------------------------ finish (kernels/knn.py finish)
+
+// lexicographic (key1, key2) order; key2 may be null (keys distinct)
+template <typename K1, typename K2>
+__device__ __forceinline__ bool less2(const K1* key1, const K2* key2, int a, int b) {
+    return key1[a] < key1[b] || (key2 && key1[a] == key1[b] && key2[a] < key2[b]);
+}
+
+template <typename T>
+__device__ __forceinline__ void swap_at(T* v, int a, int b) {
+    if (v) { T c = v[a]; v[a] = v[b]; v[b] = c; }
+}
+
+// sift-down in a max-heap of n entries by (key1, key2); `other` (may be null) moves along
+template <typename K1, typename K2, typename O>
+__device__ void sift(K1* key1, K2* key2, O* other, int at, int n) {
+    while (true) {
+        int left = 2 * at + 1;
+        if (left >= n) return;
+        int big = (left + 1 < n && less2(key1, key2, left, left + 1)) ? left + 1 : left;
+        if (!less2(key1, key2, at, big)) return;
+        swap_at(key1, at, big);
+        swap_at(key2, at, big);
+        swap_at(other, at, big);
+        at = big;
+    }
+}
+
+// ascending heap sort in place (O(k log k), no scratch: k has no cap)
+template <typename K1, typename K2, typename O>
+__device__ void heap_sort(K1* key1, K2* key2, O* other, int n) {
+    for (int at = n / 2 - 1; at >= 0; --at) sift(key1, key2, other, at, n);
+    for (int end = n - 1; end > 0; --end) {
+        swap_at(key1, 0, end);
+        swap_at(key2, 0, end);
+        swap_at(other, 0, end);
+        sift(key1, key2, other, 0, end);
+    }
+}
+
+// each query's full list (HD, HJ: m x k, consumed) as output rows in order of j: J (the neighbours) and
+// VALUE (the float32 distance in the low word, the rank by (d2, j) in the high word), m x k each
+extern "C" __global__ void knn_finish(double* HD, long long* HJ, int m, int k, long long* J,
+                                      unsigned long long* VALUE) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= m) return;
+    double* d = HD + (size_t)t * k;
+    long long* j = HJ + (size_t)t * k;
+    heap_sort(d, j, (char*)0, k);  // rank order: by (d2, j)
+    long long* oj = J + (size_t)t * k;
+    unsigned long long* ov = VALUE + (size_t)t * k;
+    for (int u = 0; u < k; ++u) {
+        oj[u] = j[u];
+        unsigned int bits = __float_as_uint(__double2float_rn(sqrt(d[u])));
+        ov[u] = (unsigned long long)bits | ((unsigned long long)(u + 1) << 32);
+    }
+    heap_sort(oj, (char*)0, ov, k);  // then by j (distinct within a list), the records moved along
+}
