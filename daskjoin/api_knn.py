@@ -67,10 +67,12 @@ def knn_join(a, b=None, *, k, method: str = "auto", backend: str = "auto", outpu
         Points as rows, of the same dimensionality.
     k : int
         Neighbours per row: 1 up to the rows of ``b`` (of ``a`` minus one in a self-join).
-    method : {"auto", "grid", "brute"}
+    method : {"auto", "grid", "brute", "szl"}
         ``grid``: cells about the k-th distance wide, searched in growing rings per row (low
-        dimensions); ``brute``: every pair (high dimensions). ``auto`` picks by dimensionality;
-        ``plan_knn(...).explain()`` says which and why.
+        dimensions); ``brute``: every pair, filtered by float32 products from 4 dimensions (high
+        dimensions); ``szl``: LSS's shifted Z-order lists, a radius from each row's Z-neighbours then
+        one interval of a list. ``auto`` picks by dimensionality; ``plan_knn(...).explain()`` says
+        which and why.
     backend : {"auto", "cpu", "gpu"}
         ``auto``: each task on its worker's GPU when CuPy sees one, else on the CPU (the same result).
     output : {"pairs"}

@@ -14,7 +14,7 @@ def add_commands(sub, command) -> None:
     p.add_argument("a", help="Zarr array of points (rows): the queries")
     p.add_argument("b", nargs="?", help="Zarr array of the candidates (omit for a self-join: a's other rows)")
     p.add_argument("--k", required=True, type=int, help="neighbours per row (1 up to the candidate rows)")
-    p.add_argument("--method", default="auto", help="auto, grid or brute (default: auto)")
+    p.add_argument("--method", default="auto", help="auto, grid, brute or szl (default: auto)")
     p.add_argument("--backend", default="auto", help="auto, cpu or gpu (default: auto)")
     p.add_argument("--memory-budget", default=None, help="memory per task, e.g. 2GB (default: auto)")
     p.add_argument("--missing-chunks", choices=("error", "fill"), default=None,

@@ -37,7 +37,7 @@ SPELLINGS = ("api", "cli")
 BACKENDS = ("auto", "cpu", "gpu")
 OUTPUTS = ("pairs", "count")
 #: the kNN-join's methods (its drivers: ``kernels/registry.py``, kind "knn")
-KNN_METHODS = ("grid", "brute")
+KNN_METHODS = ("grid", "brute", "szl")
 #: kind -> method -> the ``gpu_options`` keys its GPU driver takes -> a checker of the value (None: any)
 GPU_OPTIONS = {
     "epsilon": {  # defaults come from benchmarks/bench_gpu.py

@@ -54,7 +54,7 @@ def clumps(n=600, d=3, seed=0):
     return (centres[rng.integers(0, 4, n)] + rng.normal(0, 0.5, (n, d))).astype(np.float32)
 
 
-@pytest.mark.parametrize("method", ["grid", "brute"])
+@pytest.mark.parametrize("method", ["grid", "brute", "szl"])
 @pytest.mark.parametrize("budget", [None, "120KB"])
 def test_self_and_cross_match_the_oracle(method, budget):
     a, b = clumps(500), clumps(300, seed=1)
@@ -147,14 +147,14 @@ def test_runs_on_a_local_cluster(client, zarr_writer):
 def test_one_result_for_every_method_and_partitioning():
     x = np.random.default_rng(7).integers(0, 5, (400, 3)).astype(np.float64)  # a lattice: ties everywhere
     results = [dj.knn_join(x, k=k, method=m, memory_budget=b).compute().reset_index(drop=True)
-               for k in (9,) for m in ("grid", "brute") for b in (None, "90KB")]
+               for k in (9,) for m in ("grid", "brute", "szl") for b in (None, "90KB")]
     for r in results[1:]:
         pd.testing.assert_frame_equal(r, results[0])
     same(results[0], oracle(x, None, 9))
 
 
 def test_drivers_share_one_protocol():
-    assert set(registry.registered("knn")) == {("knn", m, b) for m in ("grid", "brute") for b in ("cpu", "gpu")}
+    assert set(registry.registered("knn")) == {("knn", m, b) for m in ("grid", "brute", "szl") for b in ("cpu", "gpu")}
     x = clumps(200)
     want = oracle(x, None, 5)
     for cls in (KnnGrid, KnnBrute):

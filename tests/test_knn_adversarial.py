@@ -5,7 +5,7 @@ The oracle is written here from the documented rule alone: for rows ``i`` of A a
 nearest by ``(s, j)`` (ties to the smaller j), a row never its own neighbour in a self-join (its
 duplicates are, at distance 0); ``dist = float32(sqrt(s))``; rows ordered by ``(i, j)``.
 
-Every case runs both CPU methods ("grid", "brute"), with the default budget (one task, one data
+Every case runs every CPU method ("grid", "brute", "szl"), with the default budget (one task, one data
 block) and with a small budget (several query tasks and several data blocks; Zarr inputs with small
 chunks give the blocks their own bounding boxes, so per-query block pruning is exercised too), and
 must give the oracle's rows exactly: i, j, rank and dist bit for bit.
@@ -22,7 +22,7 @@ import daskjoin as dj
 from daskjoin.planning.knn import LIST_BYTES, ROW_OUT_BYTES
 from daskjoin.planning.plan import row_bytes
 
-METHODS = ("grid", "brute")
+METHODS = ("grid", "brute", "szl")
 
 
 # ------------------------------------------------------------------ the oracle

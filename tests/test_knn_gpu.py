@@ -34,7 +34,7 @@ def _datasets():
     yield "d32-cross-far", rng.random((200, 32)) + 40.0, rng.random((700, 32)).astype(np.float32)
 
 
-@pytest.mark.parametrize("method", ["grid", "brute"])
+@pytest.mark.parametrize("method", ["grid", "brute", "szl"])
 @pytest.mark.parametrize("name,a,b", list(_datasets()), ids=[n for n, _, _ in _datasets()])
 def test_gpu_rows_equal_the_oracle_and_the_cpu(method, name, a, b):
     for k in (1, 7, 40):
@@ -99,7 +99,7 @@ def test_gpu_finish_ranks_ties_by_j_for_any_k(k):
     """The device finish (heap sorts per query, no cap on k) against the CPU finish, on a lattice full of ties."""
     x = np.random.default_rng(3).integers(0, 4, (2000, 2)).astype(np.float32)
     ids = np.arange(len(x))
-    for method in ("grid", "brute"):
+    for method in ("grid", "brute", "szl"):
         got = make("knn", method, "gpu", x, k, 0).rows(x, ids, True)
         want = make("knn", method, "cpu", x, k, 0).rows(x, ids, True)
         for g, w in zip(got, want):

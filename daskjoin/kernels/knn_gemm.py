@@ -9,7 +9,9 @@ of the stored values, N = |q~| + |x~| + 2^-60, u = 2^-24 and (c1, c2) of
   below float32's normal range), so ``D >= |q~ - x~| - c1 N``;
 - s is within ``c2 N^2`` of ``|q~ - x~|^2`` (norms and dot product in any summation order, FMA or
   not; the 2^-60 in N covers the absolute error of float32 underflow, < 2d 2^-149);
-- the float64 decision value D64^2 (:mod:`.exact`) is at least ``(1 - 1e-9) D^2`` for d < 10^6.
+- the float64 decision value D64^2 (:mod:`.exact`) is at least ``(1 - 1e-9) D^2`` for d < 10^6, less
+  at most d 2^-1074 lost to underflow, which the test below never meets: a ruled-out row has
+  ``D > |q~ - x~| - c1 N / 2 > c1 N / 2 >= 2^-84`` (c1 is twice the rounding bound), so D^2 > 2^-168.
 
 Let ``root`` be the query's current k-th D64^2 and ``R = sqrt(root (1 + 2e-9))``.  If
 ``s > c2 N^2 + (c1 N + R)^2`` then ``|q~ - x~| > c1 N + R``, so ``D > R`` and ``D64^2 > root``:

@@ -211,3 +211,52 @@ class KnnGridGpu:
         self._run(q, cp.asarray(np.ascontiguousarray(query_ids, np.int64)), _query_order_device(q, self.host), hd,
                   hj, exclude_self)
         _lists_back(hd, hj, best_d2, best_j)
+
+
+class KnnSzlGpu:
+    """``szl`` on the GPU: the CPU driver's Set of Z-Lists (built on the host), searched on the device."""
+
+    backend = "gpu"
+
+    def __init__(self, data, k: int, first_id: int = 0):
+        from .knn_szl import SzlIndex
+
+        cp = cupy()
+        host = np.ascontiguousarray(cp.asnumpy(data) if hasattr(data, "get") else data)
+        ix = SzlIndex(host)
+        self.k, self.first_id, self.n, self.d = int(k), int(first_id), int(host.shape[0]), int(host.shape[1])
+        up = cp.asarray
+        self.data = cp.ascontiguousarray(up(host, dtype=cp.float64))
+        self.index = (up(ix.coords), up(ix.lists), up(ix.shift_of), np.int32(len(ix.shift_of)), np.int64(self.n),
+                      np.int32(self.d), up(ix.lo), up(ix.scale))
+
+    def _run(self, queries, query_ids, hd, hj, exclude_self: bool) -> None:
+        cp = cupy()
+        m = len(queries)
+        if not m or not self.n:
+            return
+        q = cp.ascontiguousarray(cp.asarray(queries, dtype=cp.float64))
+        ids = cp.asarray(np.ascontiguousarray(query_ids, np.int64))
+        coords, lists, shift_of, nl, n, d, lo, scale = self.index
+        scratch = (cp.empty((m, self.k)), cp.empty((m, self.k), cp.int64), cp.empty((m, self.d), cp.int64),
+                   cp.empty((m, self.d), cp.int64))
+        _launch("knn_szl", m, (q, ids, np.int32(m), self.data, coords, lists, shift_of, nl, n, d, lo, scale,
+                               np.int64(self.first_id), np.int32(bool(exclude_self)), hd, hj, np.int32(self.k),
+                               *scratch))
+
+    def search(self, queries, query_ids, best_d2, best_j, exclude_self: bool) -> None:
+        if not len(queries) or not self.n:
+            return
+        hd, hj = _lists_to_device(best_d2, best_j)
+        self._run(queries, query_ids, hd, hj, exclude_self)
+        _lists_back(hd, hj, best_d2, best_j)
+
+    def rows(self, queries, query_ids, exclude_self: bool):
+        """As :meth:`KnnGridGpu.rows`."""
+        from .knn import NO_ID
+
+        cp = cupy()
+        m = len(queries)
+        hd, hj = cp.full((m, self.k), cp.inf), cp.full((m, self.k), NO_ID, dtype=cp.int64)
+        self._run(queries, query_ids, hd, hj, exclude_self)
+        return _rows_on_device(hd, hj, query_ids)

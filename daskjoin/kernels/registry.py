@@ -182,5 +182,7 @@ del _algorithm, _backend
 # (its own protocol: a block updates running neighbour lists; see kernels/knn.py)
 register("knn", "grid", "cpu", "daskjoin.kernels.knn:KnnGrid")
 register("knn", "brute", "cpu", "daskjoin.kernels.knn:KnnBrute")
+register("knn", "szl", "cpu", "daskjoin.kernels.knn_szl:KnnSzl")
 register("knn", "grid", "gpu", "daskjoin.kernels.knn_gpu:KnnGridGpu")
 register("knn", "brute", "gpu", "daskjoin.kernels.knn_gpu:KnnBruteGpu")
+register("knn", "szl", "gpu", "daskjoin.kernels.knn_gpu:KnnSzlGpu")

@@ -342,6 +342,116 @@ extern "C" __global__ void knn_grid(const double* Q, const long long* qids, cons
     rings(g, q, qid, exclude, first_id, coords, hd, hj, k, radius + 1);
 }
 
+// ------------------------------------------------------------------ szl (kernels/knn_szl.py, line for line)
+
+#define SZL_TOP ((1LL << 30) - 1)
+#define CORNER_SLACK (1.0 / 1125899906842624.0)  // 2^-50
+
+// the rows' monotone quantisation, each operation rounded on its own exactly as on the host
+__device__ __forceinline__ long long szl_quant(double v, double lo, double scale, long long nan_to) {
+    double w = __dmul_rn(__dsub_rn(v, lo), scale);
+    if (w != w) return nan_to;
+    if (w <= 0.0) return 0;
+    if (w >= (double)SZL_TOP) return SZL_TOP;
+    return (long long)floor(w);
+}
+
+// Z-order of a (shifted) against row `row` of C shifted by `shift`: -1 before, 0 equal, 1 after
+__device__ __forceinline__ int zcmp(const long long* a, const unsigned int* C, long long row, int d, long long shift) {
+    int best_t = -1;
+    long long best_x = 0;
+    for (int t = 0; t < d; ++t) {
+        long long y = a[t] ^ ((long long)C[row * d + t] + shift);
+        if (best_x < y && best_x < (best_x ^ y)) {
+            best_t = t;
+            best_x = y;
+        }
+    }
+    if (best_t < 0) return 0;
+    return a[best_t] < (long long)C[row * d + best_t] + shift ? -1 : 1;
+}
+
+__device__ long long zposition(const long long* lst, long long n, const unsigned int* C, const long long* a, int d,
+                               long long shift, bool upper) {
+    long long lo = 0, hi = n;
+    while (lo < hi) {
+        long long mid = (lo + hi) >> 1;
+        int c = zcmp(a, C, lst[mid], d, shift);
+        if (c > 0 || (upper && c == 0)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+extern "C" __global__ void knn_szl(const double* Q, const long long* qids, int m, const double* X,
+                                   const unsigned int* C, const long long* lists, const long long* shift_of, int nl,
+                                   long long n, int d, const double* lo, const double* scale, long long first_id,
+                                   int exclude, double* HD, long long* HJ, int k, double* SD, long long* SJ,
+                                   long long* A, long long* B) {
+    const long long NO_ID = 0x7fffffffffffffffLL;
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= m) return;
+    const double* q = Q + (size_t)t * d;
+    double* hd = HD + (size_t)t * k;
+    long long* hj = HJ + (size_t)t * k;
+    double* sd = SD + (size_t)t * k;
+    long long* sj = SJ + (size_t)t * k;
+    long long* a = A + (size_t)t * d;
+    long long* b = B + (size_t)t * d;
+    long long qid = qids[t];
+    for (int u = 0; u < d; ++u) b[u] = szl_quant(q[u], lo[u], scale[u], 0);
+    double bound = hd[0];
+    for (int l = 0; l < nl; ++l) {
+        const long long* lst = lists + (size_t)l * n;
+        for (int u = 0; u < d; ++u) a[u] = b[u] + shift_of[l];
+        long long at = zposition(lst, n, C, a, d, shift_of[l], false);
+        for (int u = 0; u < k; ++u) {
+            sd[u] = DJ_INF;
+            sj[u] = NO_ID;
+        }
+        long long e0 = at - k > 0 ? at - k : 0, e1 = at + k + 1 < n ? at + k + 1 : n;
+        for (long long e = e0; e < e1; ++e) {
+            long long row = lst[e];
+            long long jid = first_id + row;
+            if (exclude && jid == qid) continue;
+            double s = bounded_d2(q, X + (size_t)row * d, d, sd[0]);
+            if (s >= 0.0) offer(sd, sj, k, s, jid);
+        }
+        if (sd[0] < bound) bound = sd[0];
+    }
+    int best_l = 0;
+    long long first = 0, last = n;
+    if (bound != DJ_INF) {
+        double r = sqrt(bound + (d + 1) * __longlong_as_double(1LL)) * (1.0 + 1e-9);  // + (d+1) 2^-1074: underflow
+        for (int l = 0; l < nl; ++l) {
+            const long long* lst = lists + (size_t)l * n;
+            for (int u = 0; u < d; ++u) {
+                double mg = r * (1.0 + CORNER_SLACK) + fabs(q[u]) * CORNER_SLACK;
+                a[u] = szl_quant(q[u] - mg, lo[u], scale[u], 0) + shift_of[l];
+            }
+            long long f = zposition(lst, n, C, a, d, shift_of[l], false);
+            for (int u = 0; u < d; ++u) {
+                double mg = r * (1.0 + CORNER_SLACK) + fabs(q[u]) * CORNER_SLACK;
+                a[u] = szl_quant(q[u] + mg, lo[u], scale[u], SZL_TOP) + shift_of[l];
+            }
+            long long e = zposition(lst, n, C, a, d, shift_of[l], true);
+            if (e - f < last - first) {
+                best_l = l;
+                first = f;
+                last = e;
+            }
+        }
+    }
+    const long long* lst = lists + (size_t)best_l * n;
+    for (long long e = first; e < last; ++e) {
+        long long row = lst[e];
+        long long jid = first_id + row;
+        if (exclude && jid == qid) continue;
+        double s = bounded_d2(q, X + (size_t)row * d, d, hd[0]);
+        if (s >= 0.0) offer(hd, hj, k, s, jid);
+    }
+}
+
 // ------------------------------------------------------------------ finish (kernels/knn.py finish)
 
 // lexicographic (key1, key2) order; key2 may be null (keys distinct)
