@@ -6,6 +6,8 @@ Workloads (``--workloads``, comma-separated):
 - ``3d``: ``--n`` uniform float32 points in the unit cube, 3-d, k = 16 (self-join);
 - ``64d``: ``--n64`` clustered 64-d points (``generate("clusters")``), k = 16;
 - ``bigk``: 200k × 3-d uniform, k = 1000, under a 2 GB memory budget;
+- ``methods``: every method's kernel on uniform 3-d and 6-d and clustered 8-, 16- and 64-d data (``--methods-n``
+  rows, k = 16): where ``method="auto"``'s choice comes from;
 - ``gemm-crossover``: ``brute`` searching directly and through the GEMM filter, d = 4 .. 64
   (``--crossover-n`` clustered rows, k = 16): where ``kernels.knn_gemm.GEMM_MIN_D`` comes from.
 
@@ -126,6 +128,31 @@ def gemm_crossover(args):
     return {"workload": "gemm-crossover", "backend": args.backend, "rows": rows}
 
 
+def methods(args):
+    """Every method's kernel (``kernel_rows``) on the same data, k = 16: the crossovers behind ``method="auto"``.
+
+    Uniform 3-d and 6-d, clustered 8-d, 16-d and 64-d, ``--methods-n`` rows each (grid only up to 6-d: it
+    indexes at most 3 dimensions).
+    """
+    from daskjoin.io.synth import generate
+
+    rows = []
+    for kind, d in (("uniform", 3), ("uniform", 6), ("clusters", 8), ("clusters", 16), ("clusters", 64)):
+        x = generate(kind, args.methods_n, d, seed=0)
+        times = {}
+        for method in ("grid", "brute", "szl"):
+            if method == "grid" and d > 6:
+                continue
+            kernel_rows(x[:2000], 16, method, args.backend)  # compile / warm
+            t, _, _ = _best(lambda: kernel_rows(x, 16, method, args.backend), args.repeat)
+            times[method] = t
+        best = min(times, key=times.get)
+        rows.append({"data": kind, "d": d, "n": len(x), "seconds": times, "fastest": best})
+        print(f"{kind:<8} d={d:<3} " + "  ".join(f"{m} {t:7.3f} s" for m, t in times.items()) + f"  -> {best}",
+              flush=True)
+    return {"workload": "methods", "backend": args.backend, "rows": rows}
+
+
 def _brute_driver(x, backend):
     from daskjoin.kernels.registry import make
 
@@ -193,6 +220,7 @@ def main(argv=None):
     p.add_argument("--torch-rows", type=int, default=1_000_000)
     p.add_argument("--skip-torch", action="store_true")
     p.add_argument("--crossover-n", type=int, default=20_000, help="rows of the gemm-crossover workload")
+    p.add_argument("--methods-n", type=int, default=50_000, help="rows of the methods workload")
     p.add_argument("--out-json", default=None)
     args = p.parse_args(argv)
     from daskjoin.io.synth import generate
@@ -203,6 +231,8 @@ def main(argv=None):
             results.append(run(name, generate("uniform", args.n, 3, seed=0), 16, args))
         elif name == "64d":
             results.append(run(name, generate("clusters", args.n64, 64, seed=0), 16, args))
+        elif name == "methods":
+            results.append(methods(args))
         elif name == "gemm-crossover":
             results.append(gemm_crossover(args))
         elif name == "bigk":
