@@ -18,13 +18,13 @@ def _plan(checked, *, k: int, method: str, backend: str, client) -> KnnPlan:
     workers = worker_info(client) if budget == "auto" or backend != "cpu" else None
     if budget == "auto":
         budget = auto_budget(client, workers)
-    resolved, _ = choose_backend(backend, client, workers)
+    resolved, on_gpus = choose_backend(backend, client, workers)
     # in this process a task's kernels use every core: one task searches the data once; on a cluster, a
     # task per thread
     in_process = getattr(client, "scheduler", None) is None
     parallelism = 1 if in_process else cluster_threads(client, workers)
     return make_knn_plan(src_a, src_b, k, method=method, backend=resolved, memory_budget=budget,
-                         runner=ClusterRunner(client), parallelism=parallelism)
+                         runner=ClusterRunner(client), parallelism=parallelism, gpus=on_gpus)
 
 
 def _checked(a, b, opts):

@@ -210,3 +210,15 @@ def test_large_k_starts_from_an_upper_bound(d):
     k = SEED_MIN_K + 50
     same(dj.knn_join(x, k=k, method="grid").compute(), oracle(x, None, k))
     same(dj.knn_join(x, x[:50] + 0.5, k=40, method="grid").compute(), oracle(x, x[:50] + 0.5, 40))
+
+
+def test_auto_method_follows_the_measured_crossovers():
+    from daskjoin.planning.knn import SZL_MAX_D, choose_knn_method
+
+    assert choose_knn_method("auto", 3)[0] == choose_knn_method("auto", 6, True)[0] == "grid"
+    assert choose_knn_method("auto", 8)[0] == choose_knn_method("auto", SZL_MAX_D)[0] == "szl"
+    assert choose_knn_method("auto", 8, True)[0] == "brute"  # on GPUs the filtered brute force wins
+    assert choose_knn_method("auto", SZL_MAX_D + 1)[0] == "brute"
+    assert choose_knn_method("szl", 2) == ("szl", "chosen by the caller")
+    x = np.random.default_rng(0).random((300, 9))
+    assert "szl" in dj.plan_knn(x, k=3, backend="cpu").explain()

@@ -25,8 +25,12 @@ from .plan import PlanStep, fmt_bytes, row_bytes
 #: (i, j int64, dist float32, rank int32), their sort and the frame or Parquet piece made of them
 LIST_BYTES = 16
 ROW_OUT_BYTES = 48
-#: ``method="auto"``: the grid up to this many dimensions, brute force beyond (benchmarks/bench_knn.py)
+#: ``method="auto"`` (``bench_knn.py --workloads methods``, k = 16; benchmarks/results/knn-methods-*.json): the
+#: grid up to GRID_MAX_D dimensions on both backends; beyond, on CPU workers the Z-lists up to SZL_MAX_D
+#: (2-core VM, 50k clustered rows: 8-d szl 2.3 s, brute 6.8 s; 16-d 6.7 s against 6.9 s; 64-d 44 s against
+#: 10 s) and brute force after; on GPUs brute force (H100, 200k rows: 8-d 0.23 s against szl's 0.43 s)
 GRID_MAX_D = 6
+SZL_MAX_D = 12
 
 
 @dataclass(frozen=True)
@@ -102,13 +106,19 @@ class KnnPlan:
         return self.explain()
 
 
-def choose_knn_method(method: str, d: int) -> tuple[str, str]:
-    """``method`` resolved, and why: the grid prunes well up to a few dimensions, brute force beyond."""
+def choose_knn_method(method: str, d: int, gpus: bool = False) -> tuple[str, str]:
+    """``method`` resolved, and why (measured crossovers, see ``SZL_MAX_D``); ``gpus``: the tasks run on GPUs."""
     if method != "auto":
         return method, "chosen by the caller"
     if d <= GRID_MAX_D:
         return "grid", f"d={d} <= {GRID_MAX_D}: a grid of cells about the k-th distance wide prunes well"
-    return "brute", f"d={d} > {GRID_MAX_D}: grid cells prune little, every pair is scanned"
+    if gpus:
+        return "brute", (f"d={d} > {GRID_MAX_D} on GPUs: every pair through float32 products (a filter), "
+                         "faster there than grid cells or Z-lists")
+    if d <= SZL_MAX_D:
+        return "szl", (f"{GRID_MAX_D} < d={d} <= {SZL_MAX_D} on CPUs: LSS's shifted Z-lists search one short "
+                       "interval per row (measured faster than brute force there)")
+    return "brute", f"d={d} > {SZL_MAX_D}: Z-lists and grid cells prune little, every pair is scanned (filtered)"
 
 
 def check_k(k: int, n_data: int, selfjoin: bool) -> None:
@@ -157,18 +167,19 @@ def _data_blocks(stats, max_rows: int):
 
 
 def make_knn_plan(a: Source, b: Source | None, k: int, *, method: str, backend: str, memory_budget: int,
-                  runner=None, parallelism: int = 1, block_rows: int | None = None) -> KnnPlan:
+                  runner=None, parallelism: int = 1, block_rows: int | None = None, gpus: bool = False) -> KnnPlan:
     """Plan a kNN-join: statistics (cached for Zarr; bad rows refused), data blocks, query partitions.
 
     ``parallelism``: task threads of the cluster (at least that many tasks where rows allow).
     ``block_rows``: data rows per block (default: what half the budget holds).
+    ``gpus``: the tasks will run on GPUs (``method="auto"`` chooses by backend).
     """
     steps: list = []
     stats_a, fp_a = _statistics("A", a, runner, steps)
     stats_b, fp_b = (stats_a, fp_a) if b is None else _statistics("B", b, runner, steps)
     data = a if b is None else b
     check_k(k, data.n, b is None)
-    chosen, reason = choose_knn_method(method, a.d)
+    chosen, reason = choose_knn_method(method, a.d, gpus or backend == "gpu")
     per_row = row_bytes(a.d, 8)
     notes = []
     # the data block a task holds beside its queries: at most half the budget
