@@ -20,7 +20,8 @@ Per workload, each timed with ``time.perf_counter`` (best of ``--repeat``):
 3. ``scipy.spatial.cKDTree(x).query(x, k + 1, workers=-1)`` (tree build included, every core).
 4. torch brute force on the GPU where there is one: ``cdist`` + ``topk`` in fp32, tiled; on the
    first ``--torch-rows`` queries when that is fewer than all (its time then scaled to all rows,
-   marked "extrapolated").  Rows whose neighbour set differs from daskjoin's are counted.
+   marked "extrapolated"), after a warm-up call (runs before 2026-11-25's last included torch's
+   start-up in the scaled time, 5-6 s at 64-d, so their torch figures are too high).  Rows whose neighbour set differs from daskjoin's are counted.
 
 daskjoin's rows are checked against cKDTree's neighbour sets (a row may differ only where
 distances tie at the k-th; those rows are counted and checked against the exact rule).
@@ -195,6 +196,7 @@ def run(name, x, k, args, budget=None):
             print(f"!!!!!!!! MISMATCH: {bad} sampled rows of daskjoin differ from the exact neighbour set", flush=True)
     if args.backend == "gpu" and not args.skip_torch:
         rows_t = min(len(x), args.torch_rows)
+        torch_brute(x, k, min(rows_t, 1000))  # warm: CUDA context, cuBLAS handle, kernels (not scaled up below)
         t, times, idx = _best(lambda: torch_brute(x, k, rows_t), 1)
         scaled = t * len(x) / rows_t
         ours = rows[1].reshape(len(x), k)[:rows_t]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The kNN-join on a lent GPU machine in one call: install from the carried wheelhouse, compile-check
 # cuda/knn.cu, the gpu-marked kNN tests, the GPU profile of both drivers, then bench_knn.py.
-# Logs and JSON go to $OUT.   bash benchmarks/device_knn.sh [quick | methods [ROWS]]
+# Logs and JSON go to $OUT.   bash benchmarks/device_knn.sh [quick | methods [ROWS] | crossover]
 set -uo pipefail
 OUT="${OUT:-device-out}"
 mkdir -p "$OUT"
@@ -23,7 +23,9 @@ if [ "${1:-}" = methods ]; then
 fi
 python3 benchmarks/profile_knn_gpu.py --n 2000000 --d 3 --method grid --out-json "$OUT/profile-3d.json" 2>&1 | tail -8
 python3 benchmarks/profile_knn_gpu.py --n 1000000 --d 64 --method brute --repeat 1 --out-json "$OUT/profile-64d.json" 2>&1 | tail -8
-python3 benchmarks/bench_knn.py --workloads gemm-crossover --crossover-n 200000 --backend gpu --repeat 1 \
-    --out-json "$OUT/knn-crossover.json" > "$OUT/crossover.log" 2>&1; tail -9 "$OUT/crossover.log"
-python3 benchmarks/bench_knn.py --workloads 64d,3d,bigk --n 2000000 --n64 1000000 --backend gpu --repeat 1 \
+if [ "${1:-}" = crossover ]; then
+    python3 benchmarks/bench_knn.py --workloads gemm-crossover --crossover-n 200000 --backend gpu --repeat 1 \
+        --out-json "$OUT/knn-crossover.json" > "$OUT/crossover.log" 2>&1; tail -9 "$OUT/crossover.log"
+fi
+python3 benchmarks/bench_knn.py --workloads 64d,3d,bigk --n 2000000 --n64 1000000 --backend gpu --repeat 2 \
     --torch-rows 100000 --out-json "$OUT/knn-gpu.json" > "$OUT/bench.log" 2>&1; grep -vE "^\s*$" "$OUT/bench.log" | tail -22
