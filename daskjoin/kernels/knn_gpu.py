@@ -82,10 +82,32 @@ def _lists_back(dev_d2, dev_j, best_d2, best_j) -> None:
     dev_j.get(out=best_j)
 
 
-class KnnBruteGpu:
-    """``brute`` on the GPU: every row of the block against every query, one thread per query."""
+class _ScanDriver:
+    """What the GPU drivers whose ``_run(queries, query_ids, hd, hj, exclude_self)`` searches device lists share."""
 
     backend = "gpu"
+
+    def search(self, queries, query_ids, best_d2, best_j, exclude_self: bool) -> None:
+        """Running lists from the host, searched on the device, given back (the CPU drivers' protocol)."""
+        if not len(queries) or not self.n:
+            return
+        hd, hj = _lists_to_device(best_d2, best_j)
+        self._run(queries, query_ids, hd, hj, exclude_self)
+        _lists_back(hd, hj, best_d2, best_j)
+
+    def rows(self, queries, query_ids, exclude_self: bool):
+        """As :meth:`KnnGridGpu.rows`."""
+        from .knn import NO_ID
+
+        cp = cupy()
+        m = len(queries)
+        hd, hj = cp.full((m, self.k), cp.inf), cp.full((m, self.k), NO_ID, dtype=cp.int64)
+        self._run(queries, query_ids, hd, hj, exclude_self)
+        return _rows_on_device(hd, hj, query_ids)
+
+
+class KnnBruteGpu(_ScanDriver):
+    """``brute`` on the GPU: every row of the block against every query, one thread per query."""
 
     def __init__(self, data, k: int, first_id: int = 0):
         import os
@@ -96,6 +118,7 @@ class KnnBruteGpu:
         self.data = cp.ascontiguousarray(cp.asarray(data, dtype=cp.float64))
         self.k, self.first_id = int(k), int(first_id)
         n, d = self.data.shape if self.data.ndim == 2 else (0, 0)
+        self.n = int(n)
         self.gemm = None
         if n and d >= GEMM_MIN_D:  # float32 products filter the rows first (kernels/knn_gemm.py)
             if os.environ.get("CUPY_TF32", "0") not in ("", "0"):
@@ -103,13 +126,6 @@ class KnnBruteGpu:
             self.centre = box_centre(self.data, cp)
             self.gemm = Shifted(self.data, self.centre, cp)
             self.c1, self.c2 = error_constants(d)
-
-    def search(self, queries, query_ids, best_d2, best_j, exclude_self: bool) -> None:
-        if not len(queries) or not len(self.data):
-            return
-        hd, hj = _lists_to_device(best_d2, best_j)
-        self._run(queries, query_ids, hd, hj, exclude_self)
-        _lists_back(hd, hj, best_d2, best_j)
 
     def _run(self, queries, query_ids, hd, hj, exclude_self: bool) -> None:
         cp = cupy()
@@ -149,16 +165,6 @@ class KnnBruteGpu:
                          x.n2[x0:x1], x.norm[x0:x1], np.float64(self.c1), np.float64(self.c2), q[q0:q1],
                          ids[q0:q1], self.data, np.int64(x0), np.int32(q.shape[1]), np.int64(self.first_id),
                          np.int32(bool(exclude_self)), hd[q0:q1], hj[q0:q1], np.int32(self.k)))
-
-    def rows(self, queries, query_ids, exclude_self: bool):
-        """As :meth:`KnnGridGpu.rows`."""
-        from .knn import NO_ID
-
-        cp = cupy()
-        m = len(queries)
-        hd, hj = cp.full((m, self.k), cp.inf), cp.full((m, self.k), NO_ID, dtype=cp.int64)
-        self._run(queries, query_ids, hd, hj, exclude_self)
-        return _rows_on_device(hd, hj, query_ids)
 
 
 class KnnGridGpu:
@@ -224,10 +230,8 @@ class KnnGridGpu:
         _lists_back(hd, hj, best_d2, best_j)
 
 
-class KnnSzlGpu:
+class KnnSzlGpu(_ScanDriver):
     """``szl`` on the GPU: the CPU driver's Set of Z-Lists (built on the host), searched on the device."""
-
-    backend = "gpu"
 
     def __init__(self, data, k: int, first_id: int = 0):
         from .knn_szl import SzlIndex
@@ -254,20 +258,3 @@ class KnnSzlGpu:
         _launch("knn_szl", m, (q, ids, np.int32(m), self.data, coords, lists, shift_of, nl, n, d, lo, scale,
                                np.int64(self.first_id), np.int32(bool(exclude_self)), hd, hj, np.int32(self.k),
                                *scratch))
-
-    def search(self, queries, query_ids, best_d2, best_j, exclude_self: bool) -> None:
-        if not len(queries) or not self.n:
-            return
-        hd, hj = _lists_to_device(best_d2, best_j)
-        self._run(queries, query_ids, hd, hj, exclude_self)
-        _lists_back(hd, hj, best_d2, best_j)
-
-    def rows(self, queries, query_ids, exclude_self: bool):
-        """As :meth:`KnnGridGpu.rows`."""
-        from .knn import NO_ID
-
-        cp = cupy()
-        m = len(queries)
-        hd, hj = cp.full((m, self.k), cp.inf), cp.full((m, self.k), NO_ID, dtype=cp.int64)
-        self._run(queries, query_ids, hd, hj, exclude_self)
-        return _rows_on_device(hd, hj, query_ids)

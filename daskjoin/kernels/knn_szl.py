@@ -167,6 +167,19 @@ def _position(lst, coords, a, shift, upper):
     return lo
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _scan(q, qid, exclude, x, lst, first, last, first_id, hd, hj):
+    """Offer the rows at positions [first, last) of one list to the max-heap (hd, hj), decided exactly."""
+    for e in range(first, last):
+        row = lst[e]
+        jid = first_id + row
+        if exclude and jid == qid:
+            continue
+        s = _bounded_d2(q, x, row, hd[0])
+        if s >= 0.0:
+            _offer(hd, hj, s, jid)
+
+
 @numba.njit(cache=True, nogil=True)
 def _szl_query(q, qid, exclude, x, coords, lists, shift_of, lo, scale, first_id, hd, hj, sd, sj, a, b, k):
     """One query's search of the block (module docstring): radius from the windows, then the shortest interval."""
@@ -182,14 +195,7 @@ def _szl_query(q, qid, exclude, x, coords, lists, shift_of, lo, scale, first_id,
         for u in range(k):
             sd[u] = np.inf
             sj[u] = NO_ID
-        for e in range(max(0, at - k), min(n, at + k + 1)):
-            row = lists[l, e]
-            jid = first_id + row
-            if exclude and jid == qid:
-                continue
-            s = _bounded_d2(q, x, row, sd[0])
-            if s >= 0.0:
-                _offer(sd, sj, s, jid)
+        _scan(q, qid, exclude, x, lists[l], max(0, at - k), min(n, at + k + 1), first_id, sd, sj)
         if sd[0] < bound:
             bound = sd[0]
     if bound == np.inf:  # fewer than k rows near the query in every list: the whole block
@@ -208,14 +214,7 @@ def _szl_query(q, qid, exclude, x, coords, lists, shift_of, lo, scale, first_id,
             e = _position(lists[l], coords, a, shift_of[l], True)
             if e - f < last - first:
                 best_l, first, last = l, f, e
-    for e in range(first, last):
-        row = lists[best_l, e]
-        jid = first_id + row
-        if exclude and jid == qid:
-            continue
-        s = _bounded_d2(q, x, row, hd[0])
-        if s >= 0.0:
-            _offer(hd, hj, s, jid)
+    _scan(q, qid, exclude, x, lists[best_l], first, last, first_id, hd, hj)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)

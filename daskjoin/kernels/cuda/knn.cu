@@ -383,6 +383,18 @@ __device__ long long zposition(const long long* lst, long long n, const unsigned
     return lo;
 }
 
+// offer the rows at positions [first, last) of one list to the max-heap (hd, hj), decided exactly
+__device__ void szl_scan(const double* q, long long qid, int exclude, const double* X, int d, const long long* lst,
+                         long long first, long long last, long long first_id, double* hd, long long* hj, int k) {
+    for (long long e = first; e < last; ++e) {
+        long long row = lst[e];
+        long long jid = first_id + row;
+        if (exclude && jid == qid) continue;
+        double s = bounded_d2(q, X + (size_t)row * d, d, hd[0]);
+        if (s >= 0.0) offer(hd, hj, k, s, jid);
+    }
+}
+
 extern "C" __global__ void knn_szl(const double* Q, const long long* qids, int m, const double* X,
                                    const unsigned int* C, const long long* lists, const long long* shift_of, int nl,
                                    long long n, int d, const double* lo, const double* scale, long long first_id,
@@ -410,13 +422,7 @@ extern "C" __global__ void knn_szl(const double* Q, const long long* qids, int m
             sj[u] = NO_ID;
         }
         long long e0 = at - k > 0 ? at - k : 0, e1 = at + k + 1 < n ? at + k + 1 : n;
-        for (long long e = e0; e < e1; ++e) {
-            long long row = lst[e];
-            long long jid = first_id + row;
-            if (exclude && jid == qid) continue;
-            double s = bounded_d2(q, X + (size_t)row * d, d, sd[0]);
-            if (s >= 0.0) offer(sd, sj, k, s, jid);
-        }
+        szl_scan(q, qid, exclude, X, d, lst, e0, e1, first_id, sd, sj, k);
         if (sd[0] < bound) bound = sd[0];
     }
     int best_l = 0;
@@ -442,14 +448,7 @@ extern "C" __global__ void knn_szl(const double* Q, const long long* qids, int m
             }
         }
     }
-    const long long* lst = lists + (size_t)best_l * n;
-    for (long long e = first; e < last; ++e) {
-        long long row = lst[e];
-        long long jid = first_id + row;
-        if (exclude && jid == qid) continue;
-        double s = bounded_d2(q, X + (size_t)row * d, d, hd[0]);
-        if (s >= 0.0) offer(hd, hj, k, s, jid);
-    }
+    szl_scan(q, qid, exclude, X, d, lists + (size_t)best_l * n, first, last, first_id, hd, hj, k);
 }
 
 // ------------------------------------------------------------------ finish (kernels/knn.py finish)
