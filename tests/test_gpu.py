@@ -85,6 +85,23 @@ def test_brute_gpu_large_offsets_and_high_d():
     assert_same_pairs(get_kernel("brute", "gpu").self_join(x32, eps), oracle_self_pairs(x32, eps))
 
 
+def test_brute_gpu_products_below_float32_range():
+    """Pairs whose float32 products fall below 2^-126 (CuPy compiles with -ftz=true: they read as 0): the
+    filter's norm floor (kernels/exact.NORM_FLOOR) keeps every pair at distance <= eps."""
+    e, n = 2.0 ** -66, 50
+    c = 2.0 ** -62 * (1 + (n - np.arange(n)) * 2.0 ** -10)
+    b = np.zeros((n + 1, 4))
+    b[:n, 0], b[:n, 1] = e, c
+    b[n] = [-e, -c.max(), 0, 0]
+    a = np.array([[2.0 ** -62, 0, 0, 0]])
+    eps = float(np.sqrt(((b[47] - a[0]) ** 2).sum()))  # the pair to row 47 exactly at eps
+    want = oracle_cross_pairs(a, b, eps)
+    assert len(want[0]) > 0
+    assert_same_pairs(get_kernel("brute", "gpu").cross_join(a, b, eps), want)
+    x = np.vstack([a, b])
+    assert_same_pairs(get_kernel("brute", "gpu").self_join(x, eps), oracle_self_pairs(x, eps))
+
+
 def test_gpu_grid_output_larger_than_the_device_budget(monkeypatch):
     """Force the batched path that results larger than GPU memory take."""
     from daskjoin.kernels import grid_gpu

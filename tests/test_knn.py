@@ -155,15 +155,17 @@ def test_one_result_for_every_method_and_partitioning():
 
 def test_drivers_share_one_protocol():
     assert set(registry.registered("knn")) == {("knn", m, b) for m in ("grid", "brute", "szl") for b in ("cpu", "gpu")}
-    x = clumps(200)
-    want = oracle(x, None, 5)
-    for cls in (KnnGrid, KnnBrute):
-        # two blocks searched one after the other give the one-block answer
-        best = empty_lists(len(x), 5)
-        for lo, hi in ((0, 120), (120, 200)):
-            cls(x[lo:hi], 5, lo).search(x, np.arange(len(x)), *best, True)
-        i, j, value = finish(*best, np.arange(len(x)))
-        same(pd.DataFrame({"i": i, "j": j, "dist": value["dist"], "rank": value["rank"]}), want)
+    from daskjoin.kernels.knn_szl import KnnSzl
+
+    for x in (clumps(200), clumps(200, d=6)):  # 6-d: the brute force's float32 filter runs
+        want = oracle(x, None, 5)
+        for cls in (KnnGrid, KnnBrute, KnnSzl):
+            # two blocks searched one after the other give the one-block answer
+            best = empty_lists(len(x), 5)
+            for lo, hi in ((0, 120), (120, 200)):
+                cls(x[lo:hi], 5, lo).search(x, np.arange(len(x)), *best, True)
+            i, j, value = finish(*best, np.arange(len(x)))
+            same(pd.DataFrame({"i": i, "j": j, "dist": value["dist"], "rank": value["rank"]}), want)
 
 
 def test_refusals_before_any_work():

@@ -159,3 +159,36 @@ def test_property_gemm_equals_direct(data):
     best = empty_lists(n, k)
     driver.search(x, ids, *best, True)  # falls back to the direct search where the filter does not apply
     assert_same_lists(best, direct(x, ids, x, 0, k, True))
+
+
+def test_product_tiles_smaller_than_the_data(monkeypatch):
+    """Queries and rows cut into many product tiles (tile edges inside clusters and runs of ties)."""
+    from daskjoin.kernels import knn_gemm
+
+    monkeypatch.setattr(knn_gemm, "Q_TILE", 37)
+    monkeypatch.setattr(knn_gemm, "X_TILE", 53)
+    for case in ("clusters_d64_f32", "binary_d16_ties", "duplicates_d32"):
+        x = CASES[case]()
+        ids = np.arange(len(x), dtype=np.int64)
+        for k in (1, 9, 120):
+            assert_same_lists(gemm(x, ids, x, 0, k, True), direct(x, ids, x, 0, k, True))
+
+
+def flush_case():
+    """Rows whose float32 products fall below 2^-126 (flushed to zero by some hardware and libraries): with a
+    norm floor of 2^-60 the GPU filter ruled out the true neighbours j = 45..49 here (found in review)."""
+    e, n = 2.0 ** -66, 50
+    c = 2.0 ** -62 * (1 + (n - np.arange(n)) * 2.0 ** -10)
+    b = np.zeros((n + 1, 4))
+    b[:n, 0], b[:n, 1] = e, c
+    b[n] = [-e, -c.max(), 0, 0]  # the box centre at 0
+    return np.array([[2.0 ** -62, 0, 0, 0]]), b
+
+
+def test_products_below_float32_range_against_the_oracle():
+    import daskjoin as dj
+
+    a, b = flush_case()
+    got = dj.knn_join(a, b, k=5, method="brute", backend="cpu").compute()
+    assert_matches(got, a, b, 5, "flush case")
+    assert sorted(got["j"]) == [45, 46, 47, 48, 49]

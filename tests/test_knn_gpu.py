@@ -25,7 +25,7 @@ def _datasets():
     yield "d8", rng.random((500, 8)), None
     yield "cross-far", rng.random((300, 3)) + 50.0, rng.random((900, 3)).astype(np.float32)
     yield "cross", clumps(400, seed=2), clumps(700, seed=3)
-    # the GEMM-form brute force (d >= 8): clusters, ties on a binary lattice, offsets, tiny scales, far queries
+    # the GEMM-form brute force (d >= 4, knn_gemm.GEMM_MIN_D): clusters, ties on a binary lattice, offsets, tiny scales, far queries
     centres = rng.random((20, 64))
     yield "d64-clusters", (centres[rng.integers(0, 20, 900)] + 0.05 * rng.standard_normal((900, 64))).astype(
         np.float32), None
@@ -65,7 +65,7 @@ def test_gpu_small_budget_and_large_k():
 
 
 def test_gpu_gemm_filter_runs_and_agrees_with_the_cpu_lists():
-    """From 8 dimensions the GPU brute force filters by float32 products first: same lists as the CPU."""
+    """From 4 dimensions the GPU brute force filters by float32 products first: same lists as the CPU."""
     from daskjoin.kernels.knn_gpu import KnnBruteGpu
 
     rng = np.random.default_rng(5)
@@ -104,3 +104,54 @@ def test_gpu_finish_ranks_ties_by_j_for_any_k(k):
         want = make("knn", method, "cpu", x, k, 0).rows(x, ids, True)
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
+
+
+def test_gpu_products_below_float32_range_are_not_lost():
+    """CuPy compiles with -ftz=true: float32 products below 2^-126 read as 0; the filter's norm floor covers it."""
+    from test_knn_gemm import flush_case
+
+    a, b = flush_case()
+    got = dj.knn_join(a, b, k=5, method="brute", backend="gpu").compute()
+    assert sorted(got["j"]) == [45, 46, 47, 48, 49]
+    same(got.reset_index(drop=True), oracle(a, b, 5))
+
+
+def test_gpu_subnormal_distances_written_as_on_the_cpu():
+    """Distances below float32's normal range: the device finish must not flush them to 0."""
+    x = np.random.default_rng(4).random((50, 2)) * 1e-40
+    for method in ("grid", "brute", "szl"):
+        gpu = dj.knn_join(x, k=3, method=method, backend="gpu").compute().reset_index(drop=True)
+        cpu = dj.knn_join(x, k=3, method=method, backend="cpu").compute().reset_index(drop=True)
+        pd.testing.assert_frame_equal(gpu, cpu)
+        assert (gpu["dist"] > 0).all()
+
+
+@pytest.mark.parametrize("method,d", [("brute", 12), ("szl", 3), ("szl", 9)])
+def test_gpu_lists_carried_across_blocks(method, d):
+    """Pre-filled lists (an earlier block) searched on the device give the one-block answer."""
+    rng = np.random.default_rng(7)
+    x = rng.random((40, d))[rng.integers(0, 40, 1200)] + 0.01 * rng.standard_normal((1200, d))
+    ids = np.arange(len(x))
+    best = empty_lists(len(x), 8)
+    make("knn", method, "cpu", x[:500], 8, 0).search(x, ids, *best, True)
+    make("knn", method, "gpu", x[500:], 8, 500).search(x, ids, *best, True)
+    whole = empty_lists(len(x), 8)
+    make("knn", "brute", "cpu", x, 8, 0).search(x, ids, *whole, True)
+    np.testing.assert_array_equal(np.sort(best[1], axis=1), np.sort(whole[1], axis=1))
+    np.testing.assert_array_equal(np.sort(best[0], axis=1), np.sort(whole[0], axis=1))
+
+
+def test_gpu_product_tiles_smaller_than_the_data(monkeypatch):
+    """Many query and row tiles on the device (the slicing of queries, lists and products)."""
+    from daskjoin.kernels import knn_gpu
+
+    monkeypatch.setattr(knn_gpu, "GEMM_QUERIES", 300)
+    monkeypatch.setattr(knn_gpu, "GEMM_TILE_BYTES", 4 * 300 * 256)  # 256 rows a tile: the smallest
+    rng = np.random.default_rng(8)
+    x = rng.random((30, 16))[rng.integers(0, 30, 2000)] + 0.02 * rng.standard_normal((2000, 16))
+    ids = np.arange(len(x))
+    gpu, cpu = empty_lists(len(x), 11), empty_lists(len(x), 11)
+    make("knn", "brute", "gpu", x, 11, 0).search(x, ids, *gpu, True)
+    make("knn", "brute", "cpu", x, 11, 0).search(x, ids, *cpu, True)
+    np.testing.assert_array_equal(np.sort(gpu[1], axis=1), np.sort(cpu[1], axis=1))
+    np.testing.assert_array_equal(np.sort(gpu[0], axis=1), np.sort(cpu[0], axis=1))

@@ -19,16 +19,16 @@ from daskjoin.kernels.knn_szl import TOP, KnnSzl, SzlIndex, _zcmp, quantise, qua
 from test_knn_adversarial import EXTREME_CASES, assert_matches, knn, ks_for
 
 
-def brute_lists(queries, data, k, exclude, start=None):
+def brute_lists(queries, data, k, exclude, start=None, first_id=0):
     best = empty_lists(len(queries), k) if start is None else (start[0].copy(), start[1].copy())
     _brute(np.ascontiguousarray(queries), np.arange(len(queries), dtype=np.int64), exclude,
-           np.ascontiguousarray(data), 0, *best)
+           np.ascontiguousarray(data), first_id, *best)
     return best
 
 
-def szl_lists(queries, data, k, exclude, start=None):
+def szl_lists(queries, data, k, exclude, start=None, first_id=0):
     best = empty_lists(len(queries), k) if start is None else (start[0].copy(), start[1].copy())
-    KnnSzl(data, k).search(queries, np.arange(len(queries), dtype=np.int64), *best, exclude)
+    KnnSzl(data, k, first_id).search(queries, np.arange(len(queries), dtype=np.int64), *best, exclude)
     return best
 
 
@@ -114,10 +114,11 @@ def test_far_queries_and_carried_lists_equal_brute():
     data = rng.random((400, 3))
     queries = np.vstack([rng.random((30, 3)) + 1e4, rng.random((30, 3)) * -1e300, rng.random((30, 3))])
     assert_same(szl_lists(queries, data, 5, False), brute_lists(queries, data, 5, False))
-    start = brute_lists(queries, data[:200], 5, False)  # lists carried in from another block
-    got = szl_lists(queries, data[200:], 5, False, start)
-    want = brute_lists(queries, data[200:], 5, False, start)
+    start = brute_lists(queries, data[:200], 5, False)  # lists carried in from another block (rows 0..199)
+    got = szl_lists(queries, data[200:], 5, False, start, first_id=200)
+    want = brute_lists(queries, data[200:], 5, False, start, first_id=200)
     assert_same(got, want)
+    assert_same(got, brute_lists(queries, data, 5, False))  # the one-block answer
 
 
 @pytest.mark.parametrize("case", sorted(EXTREME_CASES))

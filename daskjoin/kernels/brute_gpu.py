@@ -30,7 +30,7 @@ import os
 
 import numpy as np
 
-from .exact import eps_squared, error_constants
+from .exact import NORM_FLOOR, eps_squared, error_constants
 from .gpu_common import cupy, device_budget_bytes, kernel, sorted_to_host, to_host
 from .grid_gpu import device_bounds, to_device64
 from .registry import bounded_ranges, split_batch, transfer_pairs
@@ -89,7 +89,8 @@ class _Side:
         d = int(self.points.shape[1]) if self.points.ndim == 2 else 0
         self.x32 = cp.ascontiguousarray(shifted).reshape(ntiles, tile, d) if self.n else cp.zeros((0, tile, d), cp.float32)
         self.norm2 = (shifted * shifted).sum(axis=1) if self.n else cp.zeros(0, cp.float32)
-        self.norm = cp.sqrt((shifted.astype(cp.float64) ** 2).sum(axis=1)) if self.n else cp.zeros(0)
+        # + NORM_FLOOR: the bound then covers float32 underflow flushed to zero (CuPy compiles with -ftz=true)
+        self.norm = cp.sqrt((shifted.astype(cp.float64) ** 2).sum(axis=1)) + NORM_FLOOR if self.n else cp.zeros(0)
         tiles = boxed.reshape(ntiles, tile, d) if self.n else cp.zeros((0, tile, d))
         self.lo = tiles.min(axis=1) if self.n else cp.zeros((0, d))
         self.hi = tiles.max(axis=1) if self.n else cp.zeros((0, d))

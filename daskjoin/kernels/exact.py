@@ -44,3 +44,11 @@ def error_constants(d: int) -> tuple[float, float]:
     m = d + 4
     gamma = m * U32 / (1.0 - m * U32)
     return 2.0 * U32, 2.0 * gamma
+
+
+#: added to every norm in the float32 filters' bounds: covers float32 underflow, gradual or flushed to zero
+#: (CuPy compiles its kernels with -ftz=true, cuBLAS may flush, a library may set FTZ/DAZ on the CPU): each
+#: product or coordinate below 2^-126 may be lost, at most 2d 2^-126 on |x~|^2 + |y~|^2 - 2 x~.y~, against
+#: the at least (d + 4) 2^-123 that the doubled gamma_{d+4} adds on (2 NORM_FLOOR)^2 (found by review: 2^-60
+#: covered gradual underflow only)
+NORM_FLOOR = 2.0 ** -50

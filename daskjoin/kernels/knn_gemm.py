@@ -2,16 +2,18 @@
 
 For a query q and a data row x (stored values), both shifted by one centre c and rounded to
 float32 (q~, x~), the float32 GEMM gives s = |q~|^2 + |x~|^2 - 2 q~.x~.  With D the distance
-of the stored values, N = |q~| + |x~| + 2^-60, u = 2^-24 and (c1, c2) of
-:func:`daskjoin.kernels.exact.error_constants` (each twice the tight constant):
+of the stored values, N = |q~| + |x~| + 2 NORM_FLOOR (:data:`daskjoin.kernels.exact.NORM_FLOOR`,
+2^-50 each), u = 2^-24 and (c1, c2) of :func:`daskjoin.kernels.exact.error_constants` (each twice
+the tight constant):
 
-- rounding the shifted rows to float32 moves them by at most u|x| each (plus 2^-150 a coordinate
-  below float32's normal range), so ``D >= |q~ - x~| - c1 N``;
+- rounding the shifted rows to float32 moves them by at most u|x| each (plus 2^-126 a coordinate
+  below float32's normal range, flushed or not), so ``D >= |q~ - x~| - c1 N``;
 - s is within ``c2 N^2`` of ``|q~ - x~|^2`` (norms and dot product in any summation order, FMA or
-  not; the 2^-60 in N covers the absolute error of float32 underflow, < 2d 2^-149);
+  not; the floor in N covers float32 underflow, gradual or flushed to zero as CuPy's kernels and
+  cuBLAS may do: at most 2d 2^-126);
 - the float64 decision value D64^2 (:mod:`.exact`) is at least ``(1 - 1e-9) D^2`` for d < 10^6, less
   at most d 2^-1074 lost to underflow, which the test below never meets: a ruled-out row has
-  ``D > |q~ - x~| - c1 N / 2 > c1 N / 2 >= 2^-84`` (c1 is twice the rounding bound), so D^2 > 2^-168.
+  ``D > |q~ - x~| - c1 N / 2 > c1 N / 2 >= 2^-74`` (c1 is twice the rounding bound).
 
 Let ``root`` be the query's current k-th D64^2 and ``R = sqrt(root (1 + 2e-9))``.  If
 ``s > c2 N^2 + (c1 N + R)^2`` then ``|q~ - x~| > c1 N + R``, so ``D > R`` and ``D64^2 > root``:
@@ -32,7 +34,7 @@ import math
 import numba
 import numpy as np
 
-from .exact import error_constants
+from .exact import NORM_FLOOR, error_constants
 from .knn import _bounded_d2, _offer
 from .parallel_guard import serialised
 
@@ -42,8 +44,6 @@ from .parallel_guard import serialised
 GEMM_MIN_D = 4
 #: shifted rows with a larger norm are not filtered in float32 (squares near float32's 3.4e38)
 MAX_NORM = 1e18
-#: absolute term of N covering float32 underflow (module docstring)
-NORM_FLOOR = 2.0 ** -60
 #: growth of the k-th distance in the filter's test (module docstring)
 ROOT_GROW = 1.0 + 2e-9
 #: the float32 product tile on the CPU (queries x data rows)

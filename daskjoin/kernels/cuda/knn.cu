@@ -504,7 +504,9 @@ extern "C" __global__ void knn_finish(double* HD, long long* HJ, int m, int k, l
     unsigned long long* ov = VALUE + (size_t)t * k;
     for (int u = 0; u < k; ++u) {
         oj[u] = j[u];
-        unsigned int bits = __float_as_uint(__double2float_rn(sqrt(d[u])));
+        float f;  // rounded without flushing subnormals (CuPy compiles with -ftz=true): the CPU's float32
+        asm("cvt.rn.f32.f64 %0, %1;" : "=f"(f) : "d"(sqrt(d[u])));
+        unsigned int bits = __float_as_uint(f);
         ov[u] = (unsigned long long)bits | ((unsigned long long)(u + 1) << 32);
     }
     heap_sort(oj, (char*)0, ov, k);  // then by j (distinct within a list), the records moved along
