@@ -224,3 +224,17 @@ def test_auto_method_follows_the_measured_crossovers():
     assert choose_knn_method("szl", 2) == ("szl", "chosen by the caller")
     x = np.random.default_rng(0).random((300, 9))
     assert "szl" in dj.plan_knn(x, k=3, backend="cpu").explain()
+
+
+def test_planner_counts_each_methods_index():
+    """The block a task holds is sized with the method's index (planning mirrors the kernels' constants)."""
+    from daskjoin.kernels import knn_gemm, knn_szl
+    from daskjoin.planning import knn as planning
+
+    assert planning.SZL_LISTS_MAX == knn_szl.MAX_LISTS and planning.GEMM_FROM_D == knn_gemm.GEMM_MIN_D
+    assert planning.index_row_bytes("grid", 3) == 0 and planning.index_row_bytes("brute", 3) == 0
+    assert planning.index_row_bytes("szl", 8) == 4 * 8 + 16 * 8
+    x = np.random.default_rng(0).random((4000, 8))
+    blocks = {m: len(dj.plan_knn(x, k=4, method=m, backend="cpu", memory_budget="400KB").blocks)
+              for m in ("grid", "brute", "szl")}
+    assert blocks["szl"] > blocks["brute"] > blocks["grid"], blocks

@@ -25,6 +25,20 @@ from .plan import PlanStep, fmt_bytes, row_bytes
 #: (i, j int64, dist float32, rank int32), their sort and the frame or Parquet piece made of them
 LIST_BYTES = 16
 ROW_OUT_BYTES = 48
+#: mirrors of the kernels' constants the index sizes follow (planning never imports kernels; a test ties
+#: them: ``knn_szl.MAX_LISTS``, ``knn_gemm.GEMM_MIN_D``)
+SZL_LISTS_MAX = 8
+GEMM_FROM_D = 4
+
+
+def index_row_bytes(method: str, d: int) -> int:
+    """Bytes per data row a method's index adds beside the rows: szl's quantised coordinates and its lists
+    (8 bytes a list, as much again while they are sorted), brute's float32 copy and norms from GEMM_FROM_D."""
+    if method == "szl":
+        return 4 * d + 16 * min(d + 1, SZL_LISTS_MAX)
+    if method == "brute" and d >= GEMM_FROM_D:
+        return 4 * d + 12
+    return 0
 #: ``method="auto"`` (``bench_knn.py --workloads methods``, k = 16; benchmarks/results/knn-methods-*.json): the
 #: grid up to GRID_MAX_D dimensions on both backends; beyond, on CPU workers the Z-lists up to SZL_MAX_D
 #: (2-core VM, 50k clustered rows: 8-d szl 2.3 s, brute 6.8 s; 16-d 6.7 s against 6.9 s; 64-d 44 s against
@@ -81,7 +95,8 @@ class KnnPlan:
 
     def task_memory(self, part: KnnPartition) -> int:
         block = max((hi - lo for lo, hi in self.blocks), default=0)
-        return part.rows * (row_bytes(self.d, 8) + self.k * (LIST_BYTES + ROW_OUT_BYTES)) + block * row_bytes(self.d, 8)
+        data_row = row_bytes(self.d, 8) + index_row_bytes(self.method, self.d)
+        return part.rows * (row_bytes(self.d, 8) + self.k * (LIST_BYTES + ROW_OUT_BYTES)) + block * data_row
 
     def explain(self) -> str:
         kind = "self-join" if self.selfjoin else "A×B join"
@@ -181,9 +196,10 @@ def make_knn_plan(a: Source, b: Source | None, k: int, *, method: str, backend: 
     check_k(k, data.n, b is None)
     chosen, reason = choose_knn_method(method, a.d, gpus or backend == "gpu")
     per_row = row_bytes(a.d, 8)
+    data_row = per_row + index_row_bytes(chosen, a.d)
     notes = []
     # the data block a task holds beside its queries: at most half the budget
-    block_rows = max(1, int(memory_budget // 2 // per_row)) if block_rows is None else int(block_rows)
+    block_rows = max(1, int(memory_budget // 2 // data_row)) if block_rows is None else int(block_rows)
     if data.n <= block_rows:
         blocks, block_lo, block_hi = ((0, data.n),), stats_b.lo_all[None, :], stats_b.hi_all[None, :]
     else:

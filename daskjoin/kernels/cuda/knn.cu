@@ -342,7 +342,10 @@ extern "C" __global__ void knn_grid(const double* Q, const long long* qids, cons
     rings(g, q, qid, exclude, first_id, coords, hd, hj, k, radius + 1);
 }
 
-// ------------------------------------------------------------------ szl (kernels/knn_szl.py, line for line)
+// ------------------------------------------------------------------ szl (kernels/knn_szl.py)
+// The quantisation and the distances round as on the host (explicit _rn operations); the margins of the
+// box corners may be fused into FMAs here, which moves a corner by an ulp of its margin: the box stays a
+// superset of the rows that can enter, so only the work changes, never the result.
 
 #define SZL_TOP ((1LL << 30) - 1)
 #define CORNER_SLACK (1.0 / 1125899906842624.0)  // 2^-50
