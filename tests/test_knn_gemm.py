@@ -17,7 +17,7 @@ from hypothesis.extra import numpy as hnp
 from daskjoin.kernels.knn import KnnBrute, _brute, empty_lists
 from daskjoin.kernels.knn_gemm import GEMM_MIN_D, GemmBrute, Shifted, box_centre
 
-from test_knn_adversarial import assert_matches, oracle  # noqa: F401 - the shared oracle
+from test_knn_adversarial import assert_matches
 
 
 def direct(queries, ids, data, first_id, k, exclude, start=None):
