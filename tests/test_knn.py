@@ -202,6 +202,19 @@ def test_cli_knn_and_plan(tmp_path, zarr_writer):
     assert proc.returncode == 2 and "not both" in proc.stderr
 
 
+def test_cli_knn_szl_and_a_bad_method(tmp_path, zarr_writer):
+    x = clumps(300, d=8)
+    path = zarr_writer(x, chunk_rows=64)
+    out = tmp_path / "o.parquet"
+    proc = run_cli(["knn", path, "--k", "4", "--method", "szl", "--out", out, "--quiet"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    same(pd.read_parquet(out), oracle(x, None, 4))
+    proc = run_cli(["plan", path, "--knn", "4", "--backend", "cpu"], tmp_path)
+    assert proc.returncode == 0 and "szl" in proc.stdout, proc.stderr  # auto's choice at 8-d on CPUs
+    proc = run_cli(["knn", path, "--k", "4", "--method", "lss", "--out", tmp_path / "bad"], tmp_path)
+    assert proc.returncode == 2 and "szl" in proc.stderr and not (tmp_path / "bad").exists(), proc.stderr
+
+
 @pytest.mark.parametrize("d", [2, 5])
 def test_large_k_starts_from_an_upper_bound(d):
     """k >= SEED_MIN_K: lists start from an upper bound of the k-th distance (kernels/knn._seed); a lattice
