@@ -251,3 +251,15 @@ def test_planner_counts_each_methods_index():
     blocks = {m: len(dj.plan_knn(x, k=4, method=m, backend="cpu", memory_budget="400KB").blocks)
               for m in ("grid", "brute", "szl")}
     assert blocks["szl"] > blocks["brute"] > blocks["grid"], blocks
+
+
+def test_more_dimensions_than_the_margins_cover_refused_before_any_pass(monkeypatch):
+    from daskjoin.planning import knn as planning
+    from daskjoin.validation import InputError
+
+    calls = []
+    monkeypatch.setattr(planning, "_statistics", lambda *a, **k: calls.append(a))
+    x = np.zeros((3, planning.MAX_D + 1), np.float32)
+    with pytest.raises(InputError, match="dimensions"):
+        dj.plan_knn(x, k=1, backend="cpu")
+    assert not calls

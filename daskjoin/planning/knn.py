@@ -136,6 +136,18 @@ def choose_knn_method(method: str, d: int, gpus: bool = False) -> tuple[str, str
     return "brute", f"d={d} > {SZL_MAX_D}: Z-lists and grid cells prune little, every pair is scanned (filtered)"
 
 
+#: the exactness margins (relative 1e-9: the filters' ROOT_GROW, szl's radius, kernels/exact.py's D64 bound,
+#: each needing (d + 2) 2^-53 below 1e-9) hold up to this many dimensions
+MAX_D = 1_000_000
+
+
+def check_d(d: int) -> None:
+    """Refused before any work: more dimensions than the exactness margins cover."""
+    if d > MAX_D:
+        raise InputError(f"the inputs have d={d:,} dimensions; the kNN-join's exact decision covers at most "
+                         f"{MAX_D:,}: reduce the dimensionality first")
+
+
 def check_k(k: int, n_data: int, selfjoin: bool) -> None:
     """``k`` no larger than the candidates each row has: refused before any work."""
     candidates = n_data - (1 if selfjoin else 0)
@@ -189,6 +201,7 @@ def make_knn_plan(a: Source, b: Source | None, k: int, *, method: str, backend: 
     ``block_rows``: data rows per block (default: what half the budget holds).
     ``gpus``: the tasks will run on GPUs (``method="auto"`` chooses by backend).
     """
+    check_d(a.d)
     steps: list = []
     stats_a, fp_a = _statistics("A", a, runner, steps)
     stats_b, fp_b = (stats_a, fp_a) if b is None else _statistics("B", b, runner, steps)
