@@ -445,9 +445,8 @@ class KnnGrid:
             lo, hi = data.min(axis=0).astype(np.float64), data.max(axis=0).astype(np.float64)
         else:
             lo = hi = np.zeros(data.shape[1])
-        self.geometry = GridGeometry(lo, hi, self.n, self.k)
-        self.spec, self.grid, self.stencil, self.box = (self.geometry.spec, self.geometry.grid,
-                                                        self.geometry.stencil, self.geometry.box)
+        geometry = GridGeometry(lo, hi, self.n, self.k)
+        self.spec, self.grid, self.stencil, self.box = geometry.spec, geometry.grid, geometry.stencil, geometry.box
         self.index = build_index(data, self.spec).as_tuple()
 
     def search(self, queries, query_ids, best_d2, best_j, exclude_self: bool) -> None:
