@@ -97,7 +97,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="plan a kNN-join with K neighbours per row instead of an ε-join (no --eps)")
 
     synth = command("synth", "Write a seeded synthetic dataset to a chunked Zarr array.", handler=_synth)
-    synth.add_argument("kind", help="uniform (unit cube), expo (exponential, lambda=40) or clusters (Gaussian)")
+    synth.add_argument("kind", help="uniform (unit cube), expo (exponential, lambda=40), clusters (Gaussian) or "
+                       "embeddings (unit vectors in topics, near duplicates; see docs/algorithms.md)")
     synth.add_argument("out", help="output Zarr path")
     synth.add_argument("--n", type=int, required=True, help="number of points")
     synth.add_argument("--d", type=int, required=True, help="dimensions")

@@ -42,7 +42,7 @@ KNN_METHODS = ("grid", "brute", "szl")
 GPU_OPTIONS = {
     "epsilon": {  # defaults come from benchmarks/bench_gpu.py
         "grid": {"threads_per_point": None, "sort_by_workload": None, "work_queue": None, "max_dims": None},
-        "brute": {"tile": None, "batch_bytes": None},
+        "brute": {"tile": None, "batch_bytes": None, "filter": ("auto", "fp32", "int8", "fp16")},
     },
     "sets": {method: {"verify": tuple(sorted(SET_VERIFY_KERNELS)), "block": None, "chunk_candidates": None}
              for method in ALGORITHMS},

@@ -17,10 +17,17 @@ import numpy as np
 from ..validation import InputError
 from .zarr_out import ZarrPointsWriter
 
-KINDS = {"uniform": 1, "expo": 2, "clusters": 3}
+KINDS = {"uniform": 1, "expo": 2, "clusters": 3, "embeddings": 4}
 EXPO_RATE = 40.0
 CLUSTER_NOISE = 0.05
 MAX_CENTERS = 200
+#: the ``embeddings`` recipe (see :func:`generate`)
+EMBED_MAX_TOPICS = 1000
+EMBED_RANK = 8          # each topic's own directions of variation
+EMBED_SPREAD = 0.35     # total length of a topic's variation before normalising (centres have length 1)
+EMBED_NOISE = 0.05      # isotropic noise length
+EMBED_DUPLICATES = 0.02  # share of rows that are near-copies of another row of their block
+EMBED_DUP_NOISE = 0.002
 _CENTERS_TAG = 2**64 - 1  # never a block index: keeps the centres' stream apart from the blocks'
 _BLOCK_VALUES = 1 << 22  # at most 4 Mi values (16 MiB of float32) per internal block
 
@@ -52,12 +59,45 @@ def _check_args(kind, n, d, seed) -> tuple[str, int, int, int]:
     if kind not in KINDS:
         raise InputError(
             f"unknown synthetic data kind {kind!r}; choose one of {sorted(KINDS)} "
-            "(uniform: unit cube, expo: exponential with rate 40, clusters: Gaussian clusters)"
+            "(uniform: unit cube, expo: exponential with rate 40, clusters: Gaussian clusters, "
+            "embeddings: unit vectors in topics of low intrinsic dimension, with near duplicates)"
         )
     n = _check_int(n, "n (number of points)", 0, "pass e.g. n=100_000")
     d = _check_int(d, "d (number of dimensions)", 1, "pass e.g. d=2")
     seed = _check_int(seed, "seed", 0, "pass a non-negative integer such as seed=0")
     return kind, n, d, seed
+
+
+def n_topics(n: int) -> int:
+    """Number of topics of an ``embeddings`` dataset of ``n`` points (1 to 1000)."""
+    return max(1, min(EMBED_MAX_TOPICS, n // 500 or 1))
+
+
+def _topics(seed: int, n: int, d: int):
+    """Unit topic centres, each topic's orthonormal-ish variation directions (scaled), topic weights."""
+    rng = np.random.default_rng([seed, _CENTERS_TAG, KINDS["embeddings"]])
+    t = n_topics(n)
+    centres = rng.standard_normal((t, d), dtype=np.float32)
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    basis = rng.standard_normal((t, EMBED_RANK, d), dtype=np.float32)
+    basis *= np.float32(EMBED_SPREAD / np.sqrt(EMBED_RANK * d))
+    weights = 1.0 / np.sqrt(np.arange(1, t + 1))  # Zipf-like topic sizes
+    return centres, basis, weights / weights.sum()
+
+
+def _embedding_block(rng, rows: int, d: int, model) -> np.ndarray:
+    centres, basis, weights = model
+    labels = rng.choice(len(weights), size=rows, p=weights)
+    coeff = rng.standard_normal((rows, EMBED_RANK), dtype=np.float32)
+    x = centres[labels].copy()
+    for k in range(EMBED_RANK):
+        x += coeff[:, k:k + 1] * basis[labels, k]
+    x += rng.standard_normal((rows, d), dtype=np.float32) * np.float32(EMBED_NOISE / np.sqrt(d))
+    dup = np.flatnonzero(rng.random(rows) < EMBED_DUPLICATES)
+    src = rng.integers(0, rows, dup.size)
+    x[dup] = x[src] + rng.standard_normal((dup.size, d), dtype=np.float32) * np.float32(EMBED_DUP_NOISE / np.sqrt(d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x
 
 
 def _centers(seed: int, n: int, d: int) -> np.ndarray:
@@ -75,6 +115,8 @@ def _block(kind: str, n: int, d: int, seed: int, index: int, centers) -> np.ndar
         x = rng.standard_exponential((rows, d), dtype=np.float32)
         x *= np.float32(1.0 / EXPO_RATE)
         return x
+    if kind == "embeddings":
+        return _embedding_block(rng, rows, d, centers)
     labels = rng.integers(0, centers.shape[0], rows)
     noise = rng.standard_normal((rows, d), dtype=np.float32)
     noise *= np.float32(CLUSTER_NOISE)
@@ -91,11 +133,18 @@ def generate(kind: str, n: int, d: int, *, seed: int = 0, start: int = 0, stop: 
 
     Parameters
     ----------
-    kind : {"uniform", "expo", "clusters"}
+    kind : {"uniform", "expo", "clusters", "embeddings"}
         ``uniform``: uniform in the unit cube. ``expo``: i.i.d. exponential
         coordinates with rate 40 (mean 1/40), as in Gallet & Gowanlock.
         ``clusters``: ``n_centers(n)`` centres uniform in the unit cube, each point
         a random centre plus ``0.05`` times standard normal noise.
+        ``embeddings``: unit vectors shaped like text or image embeddings. ``n_topics(n)``
+        unit topic centres (Zipf-like topic sizes, weight ``1/sqrt(rank)``); a row is its topic's
+        centre, plus a Gaussian combination of the topic's ``EMBED_RANK`` = 8 own directions
+        (total length about ``EMBED_SPREAD`` = 0.35: low intrinsic dimension, as real embeddings
+        have), plus isotropic noise of length about ``EMBED_NOISE`` = 0.05; ``EMBED_DUPLICATES``
+        = 2% of rows are near-copies (noise 0.002) of another row of their block; every row is
+        then normalised to length 1.
     n : int
         Number of points of the whole dataset (>= 0).
     d : int
@@ -129,7 +178,7 @@ def generate(kind: str, n: int, d: int, *, seed: int = 0, start: int = 0, stop: 
     out = np.empty((stop - start, d), dtype=np.float32)
     if stop == start:
         return out
-    centers = _centers(seed, n, d) if kind == "clusters" else None
+    centers = _centers(seed, n, d) if kind == "clusters" else _topics(seed, n, d) if kind == "embeddings" else None
     size = block_rows(d)
     for index in range(start // size, (stop - 1) // size + 1):
         lo = index * size
@@ -187,6 +236,9 @@ def synth(
         attrs.update(n_centers=n_centers(n), noise=CLUSTER_NOISE)
     elif kind == "expo":
         attrs.update(rate=EXPO_RATE)
+    elif kind == "embeddings":
+        attrs.update(n_topics=n_topics(n), rank=EMBED_RANK, spread=EMBED_SPREAD, noise=EMBED_NOISE,
+                     duplicates=EMBED_DUPLICATES)
     step = block_rows(d)
     with ZarrPointsWriter(
         out, d=d, dtype=np.float32, chunk_rows=chunk_rows, overwrite=overwrite, attrs=attrs, expected_rows=n

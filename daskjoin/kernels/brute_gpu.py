@@ -30,12 +30,16 @@ import os
 
 import numpy as np
 
+from . import tc_quant
 from .exact import NORM_FLOOR, eps_squared, error_constants
 from .gpu_common import cupy, device_budget_bytes, kernel, sorted_to_host, to_host
 from .grid_gpu import device_bounds, to_device64
 from .registry import bounded_ranges, split_batch, transfer_pairs
 
 BLOCK = 256
+#: the filters: "fp32" (SGEMM on the CUDA cores) or the tensor cores on rows quantised to integers
+FILTERS = ("auto", "fp32") + tuple(tc_quant.FORMATS)
+TC_TILE = 128  # rows per tile of cuda/brute_tc.cu (one block per tile pair)
 
 
 def pivot_order(x, tile: int):
@@ -70,9 +74,10 @@ def pivot_order(x, tile: int):
 
 
 class _Side:
-    """One join side on the device: rows in locality order, padded to whole tiles."""
+    """One join side on the device: rows in locality order, padded to whole tiles; the float32 copy and
+    norms only for the fp32 filter (``tc`` holds the tensor-core filters' rows, see :func:`_tc_rows`)."""
 
-    def __init__(self, x, centre, tile: int):
+    def __init__(self, x, centre, tile: int, fp32: bool = True):
         cp = cupy()
         x = to_device64(x)
         self.n = int(x.shape[0])
@@ -80,34 +85,61 @@ class _Side:
         self.points = cp.ascontiguousarray(x[self.perm])  # float64, in locality order
         ntiles = max(1, -(-self.n // tile))
         pad = ntiles * tile - self.n
-        shifted = (self.points - centre).astype(cp.float32)
-        if pad and self.n:
-            shifted = cp.concatenate([shifted, cp.repeat(shifted[-1:], pad, axis=0)])
-            boxed = cp.concatenate([self.points, cp.repeat(self.points[-1:], pad, axis=0)])
-        else:
-            boxed = self.points
         d = int(self.points.shape[1]) if self.points.ndim == 2 else 0
-        self.x32 = cp.ascontiguousarray(shifted).reshape(ntiles, tile, d) if self.n else cp.zeros((0, tile, d), cp.float32)
-        self.norm2 = (shifted * shifted).sum(axis=1) if self.n else cp.zeros(0, cp.float32)
-        # + NORM_FLOOR: the bound then covers float32 underflow flushed to zero (CuPy compiles with -ftz=true)
-        self.norm = cp.sqrt((shifted.astype(cp.float64) ** 2).sum(axis=1)) + NORM_FLOOR if self.n else cp.zeros(0)
+        boxed = cp.concatenate([self.points, cp.repeat(self.points[-1:], pad, axis=0)]) if pad and self.n else self.points
         tiles = boxed.reshape(ntiles, tile, d) if self.n else cp.zeros((0, tile, d))
         self.lo = tiles.min(axis=1) if self.n else cp.zeros((0, d))
         self.hi = tiles.max(axis=1) if self.n else cp.zeros((0, d))
         self.ntiles = ntiles if self.n else 0
+        self.tc = None
+        if not fp32:
+            return
+        shifted = (self.points - centre).astype(cp.float32)
+        if pad and self.n:
+            shifted = cp.concatenate([shifted, cp.repeat(shifted[-1:], pad, axis=0)])
+        self.x32 = cp.ascontiguousarray(shifted).reshape(ntiles, tile, d) if self.n else cp.zeros((0, tile, d), cp.float32)
+        self.norm2 = (shifted * shifted).sum(axis=1) if self.n else cp.zeros(0, cp.float32)
+        # + NORM_FLOOR: the bound then covers float32 underflow flushed to zero (CuPy compiles with -ftz=true)
+        self.norm = cp.sqrt((shifted.astype(cp.float64) ** 2).sum(axis=1)) + NORM_FLOOR if self.n else cp.zeros(0)
+
+
+def _spread(x, centre) -> float:
+    """max |x_k - c_k| over the rows of x, each difference as the quantiser computes it."""
+    return float(cupy().abs(x - centre).max()) if x.size else 0.0
+
+
+def _tc_rows(side: _Side, centre, S: float, L: int, fmt: str, tile: int):
+    """The side's rows on the integer grid, zero padded to whole tiles and k-steps, as bytes; with
+    their exact squared norms and residual bounds (``tc_quant.quantise``)."""
+    cp = cupy()
+    q, qn2, u = tc_quant.quantise(side.points - centre, S, L, cp)
+    dp = tc_quant.padded_dims(fmt, side.points.shape[1])
+    rows = cp.zeros((side.ntiles * tile, dp), cp.int8 if fmt == "int8" else cp.float16)
+    rows[:side.n, :q.shape[1]] = q  # integers of at most 12 bits: exact in either format
+    return rows.view(cp.uint8), int(dp * rows.itemsize), qn2, u
 
 
 class GpuBruteJoin:
-    """A prepared GPU brute-force join; pairs on the host, in original row ids."""
+    """A prepared GPU brute-force join; pairs on the host, in original row ids.
+
+    ``filter``: "fp32" (SGEMM on the CUDA cores, tiles of ``tile`` rows), "int8" or "fp16" (the
+    tensor cores on rows quantised to integers, ``tc_quant``; tiles of 128 rows), or "auto"
+    (``planning.cost.choose_filter``).  Every filter gives the same pairs: each is only a proven filter
+    before the float64 decision.
+    """
 
     # tile=256 from benchmarks/bench_gpu.py on an H200 (200k x 64-d clusters): small tiles rarely
     # straddle two clusters, so their boxes stay tight and most tile pairs are pruned.
-    def __init__(self, a, b, eps: float, *, tile: int = 256, batch_bytes: int | None = None):
+    def __init__(self, a, b, eps: float, *, tile: int | None = None, batch_bytes: int | None = None,
+                 filter: str = "auto"):
+        from ..planning.cost import choose_filter
+
         if os.environ.get("CUPY_TF32", "0") not in ("", "0"):
             raise RuntimeError("CUPY_TF32 is set: TF32 products break the brute kernel's error bound; unset it")
+        if filter not in FILTERS:
+            raise ValueError(f"brute filter must be one of {FILTERS}, got {filter!r}")
         cp = cupy()
         self.selfjoin = b is None
-        self.tile = int(tile)
         self.eps = float(eps)
         self.eps2 = eps_squared(eps)
         a = to_device64(a)
@@ -115,10 +147,28 @@ class GpuBruteJoin:
         self.d = int(a.shape[1])
         lo, hi = device_bounds(a, b)
         centre = cp.asarray((lo + hi) / 2)
-        self.A = _Side(a, centre, self.tile)
-        self.B = self.A if b is None else _Side(b, centre, self.tile)
-        budget = batch_bytes if batch_bytes is not None else min(4 << 30, device_budget_bytes(0.25))
-        self.batch = max(1, min(65535, budget // (4 * self.tile * self.tile)))
+        self.filter = choose_filter(filter, self.d)[0]
+        self.S = None
+        if self.filter != "fp32":
+            # the grid's step from the spread about the centre: R bounds every |x_k - c_k| as computed
+            spread = max(_spread(a, centre), 0.0 if b is None else _spread(b, centre))
+            L = tc_quant.levels(self.filter, self.d)
+            self.S = tc_quant.scale(spread, L)
+            if self.S is None:  # spread outside the grid's range: the fp32 filter holds there
+                self.filter = "fp32"
+        if self.filter != "fp32" and tile not in (None, TC_TILE):
+            raise ValueError(f"the {self.filter} filter works on tiles of {TC_TILE} rows, got tile={tile}")
+        self.tile = int(tile or (256 if self.filter == "fp32" else TC_TILE))
+        fp32 = self.filter == "fp32"
+        self.A = _Side(a, centre, self.tile, fp32)
+        self.B = self.A if b is None else _Side(b, centre, self.tile, fp32)
+        if self.filter != "fp32":
+            self.A.tc = _tc_rows(self.A, centre, self.S, L, self.filter, self.tile)
+            self.B.tc = self.A.tc if b is None else _tc_rows(self.B, centre, self.S, L, self.filter, self.tile)
+            self.batch = 1 << 18  # tile pairs per launch: no products are stored
+        else:
+            budget = batch_bytes if batch_bytes is not None else min(4 << 30, device_budget_bytes(0.25))
+            self.batch = max(1, min(65535, budget // (4 * self.tile * self.tile)))
         self.pairs_p, self.pairs_q = self._tile_pairs()
         self._capacity = 1 << 16
 
@@ -150,9 +200,12 @@ class GpuBruteJoin:
         return float(self.pairs_p.shape[0]) / total if total else 0.0
 
     def _products(self, lo: int, hi: int):
-        """Tile pairs [lo, hi) and their float32 products G[k] = X[P[k]] . Y[Q[k]]^T (one batched GEMM)."""
+        """Tile pairs [lo, hi) and their float32 products G[k] = X[P[k]] . Y[Q[k]]^T (one batched GEMM);
+        G is None for the tensor-core filters, whose kernel forms its products itself."""
         cp = cupy()
         P, Q = self.pairs_p[lo:hi], self.pairs_q[lo:hi]
+        if self.filter != "fp32":
+            return P, Q, None
         return P, Q, cp.matmul(self.A.x32[P], self.B.x32[Q].transpose(0, 2, 1))
 
     def _filter(self, G, P, Q, capacity: int, pair_counts=None):
@@ -163,12 +216,21 @@ class GpuBruteJoin:
         ``pair_counts`` (zeroed uint64, one per tile pair) also gets each tile pair's count.
         """
         cp = cupy()
-        conv, gamma2 = error_constants(self.d)
-        grid = (max(1, -(-self.tile // BLOCK)), min(self.tile, 1024), int(P.shape[0]))
         counter = cp.zeros(1, cp.uint64)
         size = max(int(capacity), 1)
         oi, oj, od = cp.empty(size, cp.int64), cp.empty(size, cp.int64), cp.empty(size, cp.float32)
         per_pair = pair_counts is not None
+        if self.filter != "fp32":
+            (xa, rowbytes, qa, ua), (xb, _, qb, ub) = self.A.tc, self.B.tc
+            kernel("brute_tc.cu", f"brute_tc_{'i8' if self.filter == 'int8' else 'f16'}")((int(P.shape[0]),), (BLOCK,), (
+                xa, xb, np.int32(rowbytes), P, Q, np.int64(self.A.n), np.int64(self.B.n), qa, qb, ua, ub,
+                self.A.points, self.B.points, self.A.perm, self.B.perm, np.int32(self.d),
+                np.float64(tc_quant.reach0(self.eps, self.S, self.d)), np.float64(self.eps2), np.int32(self.selfjoin),
+                counter, pair_counts if per_pair else counter, np.int32(per_pair), np.int64(capacity), oi, oj, od,
+            ))
+            return int(counter.get()[0]), oi, oj, od
+        conv, gamma2 = error_constants(self.d)
+        grid = (max(1, -(-self.tile // BLOCK)), min(self.tile, 1024), int(P.shape[0]))
         kernel("brute.cu", "brute_filter")(grid, (BLOCK,), (
             G, P, Q, np.int32(self.tile), np.int64(self.A.n), np.int64(self.B.n),
             self.A.norm2, self.B.norm2, self.A.norm, self.B.norm, self.A.points, self.B.points,
@@ -222,7 +284,7 @@ class GpuBruteJoin:
         for s0, s1, want in cuts:
             if not want:
                 continue
-            got, oi, oj, od = self._filter(G[s0:s1], P[s0:s1], Q[s0:s1], want)
+            got, oi, oj, od = self._filter(None if G is None else G[s0:s1], P[s0:s1], Q[s0:s1], want)
             if got != want:  # the same products give the same decisions: never expected
                 raise RuntimeError(f"brute GPU kernel: tile pairs {lo + s0}..{lo + s1} gave {got} pairs, "
                                    f"{want} when counted")

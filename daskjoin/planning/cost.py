@@ -34,3 +34,18 @@ def choose_partitioning(requested: str, *, fits_one_task: bool, kept_fraction: f
         f"block boxes prune poorly ({kept_fraction:.0%} of block pairs kept): "
         "overlapping slabs over a sorted copy read each row about once"
     )
+
+
+#: GPU brute's filter (benchmarks/bench_highd.py --workloads filters): the tensor cores on integer rows
+#: from this dimensionality on, SGEMM on the CUDA cores below it.
+TC_FROM_D = 32
+
+
+def choose_filter(requested: str, d: int) -> tuple[str, str]:
+    """The GPU brute-force filter: ``int8`` tensor cores from ``TC_FROM_D`` dimensions, ``fp32`` below."""
+    if requested != "auto":
+        return requested, "requested"
+    if d >= TC_FROM_D:
+        return "int8", (f"d={d} >= {TC_FROM_D}: int8 tensor cores on rows quantised to a 255-level grid "
+                        "(exact integer products; float64 decides)")
+    return "fp32", f"d={d} < {TC_FROM_D}: float32 products on the CUDA cores (the grid's tiles are short)"

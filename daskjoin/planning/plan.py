@@ -107,6 +107,11 @@ class Plan:
             f"  memory/task:   up to ~{fmt_bytes(worst)} (budget {fmt_bytes(self.memory_budget)})"
             + (": a count holds no pairs" if self.count_only else ""),
         ]
+        if self.method == "brute" and self.backend != "cpu":
+            from .cost import choose_filter
+
+            chosen, why = choose_filter(dict(self.gpu_options).get("filter", "auto"), self.a.d)
+            lines.append(f"  GPU filter:    {chosen} - {why}")
         lines += [f"  data pass:     {step.describe()}" for step in self.steps]
         lines += [f"  note:          {note}" for note in self.notes]
         return "\n".join(lines)

@@ -1,0 +1,91 @@
+"""Rows quantised to small integers for the tensor-core filter of ``brute`` (``cuda/brute_tc.cu``).
+
+The filter needs a bound on the error of a low-precision distance.  Instead of modelling how the
+tensor cores round (undocumented for fp16 accumulation), the rows are put on an integer grid where
+the products are *exact*, so the only error left is the quantisation, measured per row:
+
+- ``y = fl(x - c)`` for a centre ``c`` common to both sides, ``S = R / L`` (``R = max |y_k|``, ``L``
+  the grid's level count), ``z = fl(y / S)``, ``q = clip(rint(z), -L, L)`` (integers);
+- ``u >= |(x - c) / S - q|``, the row's residual in units of ``S``, computed as
+  ``fl(|z - q|) (1 + 1e-9) + 1e-9 (fl(|z|) + 1)``: ``fl(x - c)`` and ``fl(y / S)`` are each within
+  one rounding (``2^-53`` relative) of the exact values, the norm within ``(d + 3) 2^-53``, all far
+  below the 1e-9 margins for the dimensionalities allowed here;
+- ``G = q_a . q_b`` exactly: int8 ``mma`` accumulates in int32 (integer arithmetic; ``d L^2 < 2^31``),
+  and the fp16 grid keeps ``d L^2 <= 2^24`` and ``L <= 2048``, so every product and every partial
+  sum, in any order, is an integer of at most 24 bits, exact in the fp32 accumulator (the tests
+  check both on the device, ``tests/test_brute_tc_gpu.py``);
+- so ``|q_a - q_b|^2 = |q_a|^2 + |q_b|^2 - 2 G`` exactly (integers below 2^53 in float64).
+
+For a true pair (float64 ``s <= eps^2``, so the exact distance ``D <= eps (1 + 1e-9)`` plus a term
+for underflow, see :func:`reach0`), ``(x_a - c)/S - (x_b - c)/S = (q_a - q_b) + (e_a - e_b)`` gives,
+by the triangle inequality, ``|q_a - q_b| <= D / S + u_a + u_b <= reach0 + u_a + u_b``.
+The kernel keeps a pair whenever ``|q_a - q_b|^2 <= (reach0 + u_a + u_b)^2`` (its own roundings
+covered by a 2^-40 factor), then decides it exactly in float64.  No true pair is filtered out.
+
+The bound is tight when ``u`` is small against ``eps / S``: ``u`` is about ``sqrt(d / 12)`` (at
+most ``sqrt(d) / 2``), so the filter passes pairs up to about ``eps + 2 sqrt(d / 12) R / L``.
+A per-dimension scale would break the exact products (the GEMM needs one scale for the metric),
+so the scale is global and the centre is the box centre, which halves ``R``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: the tensor-core filters: name -> (bytes per coordinate, largest level count, exact while d L^2 <= this)
+FORMATS = {"int8": (1, 127, 2 ** 31 - 1), "fp16": (2, 2048, 2 ** 24)}
+#: no filter for data whose spread leaves the normal float64 range on the grid (the fp32 filter takes it)
+SCALE_RANGE = (2.0 ** -1000, 2.0 ** 1000)
+ROW_ALIGN = 32  # bytes: one k-step of the mma instructions
+
+
+def levels(fmt: str, d: int) -> int:
+    """The grid's level count L for dimensionality d (0 when d is too large for exact products)."""
+    _, top, exact = FORMATS[fmt]
+    return int(min(top, math.isqrt(exact // max(1, d))))
+
+
+def padded_dims(fmt: str, d: int) -> int:
+    """Coordinates per stored row: d padded with zeros to whole k-steps."""
+    per = ROW_ALIGN // FORMATS[fmt][0]
+    return max(per, -(-d // per) * per)
+
+
+def scale(spread: float, L: int) -> float | None:
+    """S = R / L, or None when the grid would leave the normal float64 range (or L is 0)."""
+    if L <= 0:
+        return None
+    if spread == 0.0:
+        return 1.0
+    s = spread / L
+    return s if SCALE_RANGE[0] <= s <= SCALE_RANGE[1] and math.isfinite(s) else None
+
+
+def reach0(eps: float, S: float, d: int) -> float:
+    """An upper bound on D / S for any pair the float64 rule accepts, D its exact distance.
+
+    ``s <= fl(eps^2)`` bounds D by eps (1 + 1e-9) while nothing underflows; each square or sum that
+    underflows loses at most 2^-1075 absolute, so in all D <= eps (1 + 1e-9) + sqrt(d + 1) 2^-537
+    (rows 1e-200 apart have s = 0: every pair of them is in the result).
+    """
+    return (float(eps) * (1.0 + 1e-9) + math.sqrt(2.0 * (d + 1)) * 2.0 ** -536) / S * (1.0 + 1e-9)
+
+
+def quantise(y, S: float, L: int, xp=np):
+    """(q, |q|^2, u) of centred float64 rows ``y``: integers on the grid, their exact squared norms,
+    and each row's residual bound in units of S (see the module docstring)."""
+    z = y / S
+    q = xp.clip(xp.rint(z), -L, L)
+    r = z - q
+    u = xp.sqrt((r * r).sum(axis=1)) * (1.0 + 1e-9) + 1e-9 * (xp.sqrt((z * z).sum(axis=1)) + 1.0)
+    qn2 = (q * q).sum(axis=1)  # integers below 2^53: exact in any order
+    return q, qn2, u
+
+
+def candidates(qn2_a, qn2_b, G, u_a, u_b, r0: float):
+    """The kernel's test, in numpy: which pairs (rows of a, columns of b) the filter keeps, G the
+    exact integer products.  Used by the tests to check the proof on the CPU."""
+    s = qn2_a[:, None] + qn2_b[None, :] - 2.0 * G
+    reach = (r0 + u_a[:, None] + u_b[None, :]) * (1.0 + 2.0 ** -40)
+    return s <= reach * reach * (1.0 + 2.0 ** -40)

@@ -1,0 +1,131 @@
+"""GPU brute force through the tensor cores (cuda/brute_tc.cu): exact products, oracle pairs (marked gpu).
+
+Skipped where CuPy sees no CUDA device.  tests/test_tc_quant.py checks the bound on the CPU.
+"""
+import numpy as np
+import pytest
+
+from daskjoin.kernels import get_kernel, tc_quant
+from daskjoin.kernels.gpu_common import gpu_available
+
+from cases import CASES
+from oracle import assert_same_pairs, oracle_cross_pairs, oracle_self_pairs
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy"),
+]
+
+FILTERS = ["int8", "fp16"]
+
+
+def _products(fmt, qa, qb):
+    """The kernel's tile products of one pair of 128-row tiles of integer rows qa, qb (128 x d each)."""
+    import cupy as cp
+
+    from daskjoin.kernels.gpu_common import kernel
+
+    d = qa.shape[1]
+    dp = tc_quant.padded_dims(fmt, d)
+    dtype = cp.int8 if fmt == "int8" else cp.float16
+    rows = []
+    for q in (qa, qb):
+        r = cp.zeros((128, dp), dtype)
+        r[:, :d] = cp.asarray(q)
+        rows.append(r.view(cp.uint8))
+    out = cp.zeros((1, 128, 128), cp.float64)
+    zero = cp.zeros(1, cp.int64)
+    kernel("brute_tc.cu", f"tc_products_{'i8' if fmt == 'int8' else 'f16'}")(
+        (1,), (256,), (rows[0], rows[1], np.int32(rows[0].shape[1]), zero, zero, out))
+    return out[0].get()
+
+
+@pytest.mark.parametrize("fmt", FILTERS)
+@pytest.mark.parametrize("d", [1, 16, 33, 128, 200, 384, 960])
+def test_tensor_core_products_are_exact(fmt, d):
+    """Every product the filter sees equals the integer dot product: large and small terms mixed,
+    all at the grid's ends, alternating signs (what a truncating accumulator would get wrong)."""
+    L = tc_quant.levels(fmt, d)
+    rng = np.random.default_rng(d)
+    patterns = [
+        rng.integers(-L, L + 1, (128, d)),
+        np.where(rng.random((128, d)) < 0.5, L, -L),
+        np.full((128, d), L),
+    ]
+    mixed = rng.integers(-L, L + 1, (128, d))
+    mixed[:, ::2] = L
+    mixed[:, 1::2] = rng.integers(-1, 2, (128, d // 2))
+    patterns.append(mixed)
+    for qa in patterns:
+        for qb in patterns:
+            want = qa.astype(np.int64) @ qb.astype(np.int64).T
+            got = _products(fmt, qa, qb)
+            assert np.array_equal(got, want.astype(np.float64)), (fmt, d, np.argwhere(got != want)[:5])
+
+
+def _b(case):
+    return case.b if case.b is not None else case.a
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("fmt", FILTERS)
+@pytest.mark.parametrize("mode", ["self", "cross"])
+def test_tensor_core_filter_matches_oracle(case, fmt, mode):
+    kernel = get_kernel("brute", "gpu", filter=fmt)
+    if mode == "self":
+        got = kernel.self_join(case.a, case.eps)
+        expected = oracle_self_pairs(case.a, case.eps)
+        assert kernel.self_count(case.a, case.eps) == len(expected[0])
+    else:
+        got = kernel.cross_join(case.a, _b(case), case.eps)
+        expected = oracle_cross_pairs(case.a, _b(case), case.eps)
+        assert kernel.cross_count(case.a, _b(case), case.eps) == len(expected[0])
+    assert_same_pairs(got, expected, context=f"brute/gpu filter={fmt} {case.name} {mode}")
+
+
+@pytest.mark.parametrize("d", [33, 128, 960])
+def test_every_filter_gives_the_same_arrays(d):
+    """fp32, int8 and fp16 filters: the same pairs, distances and order, on embedding-like data with
+    offsets, near duplicates and pairs at exactly eps."""
+    rng = np.random.default_rng(d)
+    centres = rng.standard_normal((12, d))
+    x = centres[rng.integers(0, 12, 3000)] + 0.3 * rng.standard_normal((3000, d)) + 1e4
+    x[1500:1600] = x[:100] + 1e-9 * rng.standard_normal((100, d))
+    dists = np.sort(np.sqrt(((x[:200, None, :] - x[None, :200, :]) ** 2).sum(-1)).ravel())
+    eps = float(dists[len(dists) // 20])  # a pair at (about) exactly eps
+    b = x[rng.permutation(3000)[:700]] + 0.01
+    want = oracle_self_pairs(x, eps)
+    results = {f: get_kernel("brute", "gpu", filter=f).self_join(x, eps) for f in ("fp32", "int8", "fp16")}
+    assert_same_pairs(results["fp32"], want)
+    for f, got in results.items():
+        assert all(np.array_equal(p, q) for p, q in zip(got, results["fp32"])), f
+    cross = {f: get_kernel("brute", "gpu", filter=f).cross_join(x, b, eps) for f in ("fp32", "int8", "fp16")}
+    assert_same_pairs(cross["int8"], oracle_cross_pairs(x, b, eps))
+    for f, got in cross.items():
+        assert all(np.array_equal(p, q) for p, q in zip(got, cross["fp32"])), f
+
+
+@pytest.mark.parametrize("fmt", FILTERS)
+def test_tensor_core_batches_cut_by_tile_pair_counts(fmt):
+    """Batches far smaller than a launch's pairs: the per-tile-pair counts cut the launch, the pairs
+    come back whole and in order."""
+    rng = np.random.default_rng(11)
+    x = rng.exponential(1 / 40, size=(6000, 64))
+    eps = float(np.quantile(np.sqrt(((x[:300, None] - x[None, :300]) ** 2).sum(-1)), 0.02))
+    want = oracle_self_pairs(x, eps)
+    parts = list(get_kernel("brute", "gpu", filter=fmt).self_batches(x, eps, 997))
+    assert all(len(p[0]) <= 997 for p in parts)
+    got = tuple(np.concatenate([p[t] for p in parts]) for t in range(3))
+    assert_same_pairs(got, want)
+
+
+def test_tensor_core_filter_falls_back_where_the_grid_cannot_hold_the_spread():
+    """Spreads beyond the grid's range take the fp32 filter, with the same exact result."""
+    from daskjoin.kernels.brute_gpu import GpuBruteJoin
+
+    x = np.random.default_rng(3).random((500, 40)) * 1e-305
+    join = GpuBruteJoin(x, None, 3e-306, filter="int8")
+    assert join.filter == "fp32"
+    assert_same_pairs(get_kernel("brute", "gpu", filter="int8").self_join(x, 3e-306), oracle_self_pairs(x, 3e-306))
+    with pytest.raises(ValueError, match="tiles of 128 rows"):
+        GpuBruteJoin(np.random.default_rng(4).random((300, 40)), None, 0.1, filter="int8", tile=256)
