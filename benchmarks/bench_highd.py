@@ -134,8 +134,12 @@ def exact_query_pairs(x, eps, queries):
 
 
 def run_fasted(binary, n, d, eps):
-    proc = subprocess.run([binary, "-e", str(n), str(d), str(eps)], capture_output=True, text=True, timeout=900,
-                          cwd=os.path.dirname(os.path.abspath(binary)))
+    binary = os.path.abspath(binary)
+    try:
+        proc = subprocess.run([binary, "-e", str(n), str(d), str(eps)], capture_output=True, text=True, timeout=900,
+                              cwd=os.path.dirname(binary))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": repr(exc)}
     out = proc.stdout + proc.stderr
 
     def grab(pattern, cast=float):
@@ -178,6 +182,7 @@ def bench(name, args):
         row[f"peak_share_{fmt}"] = row[f"tops_{fmt}"] / PEAK_TOPS[fmt]
         del join
         cp.get_default_memory_pool().free_all_blocks()
+        print(f"  {fmt}: {s:.3f} s, {c:,} pairs, {row[f'tops_{fmt}']:.0f} TOPS", flush=True)
     assert len(set(counts.values())) == 1, f"filters disagree: {counts}"
     row["pairs"] = next(iter(counts.values()))
     default = args.filters[1] if len(args.filters) > 1 and args.filters[0] == "fp32" else args.filters[0]

@@ -2,7 +2,7 @@
 # [highd] on a lent GPU machine in one call: install from the carried wheelhouse, compile-check
 # cuda/brute_tc.cu, the tensor-core and brute GPU tests, then bench_highd.py (FaSTED beside it when
 # .peers/FaSTED/source/release/main was built and carried).  Logs and JSON go to $OUT.
-#   bash benchmarks/device_highd.sh [tests | quick | full] [bench_highd.py arguments...]
+#   bash benchmarks/device_highd.sh [tests | quick (tests + short bench) | bench (short bench) | full] [bench_highd.py arguments...]
 set -uo pipefail
 OUT="${OUT:-device-out}"
 mkdir -p "$OUT"
@@ -13,7 +13,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 nvcc -std=c++17 -arch=sm_90 -cubin -Xptxas -v -o /dev/null daskjoin/kernels/cuda/brute_tc.cu 2>&1 \
     | grep -E "error|Compiling|registers" | paste - - | sed -E 's/ptxas info *: //g'
 mode="${1:-quick}"; shift || true
-if [ "$mode" != full ]; then
+if [ "$mode" = tests ] || [ "$mode" = quick ]; then
     python3 -m pytest -q -p no:cacheprovider -m gpu --timeout=600 tests/test_brute_tc_gpu.py \
         "tests/test_gpu.py" -k "tensor or filter or brute" > "$OUT/tc-tests.log" 2>&1
     echo "tc + brute gpu tests: $(tail -1 "$OUT/tc-tests.log")"
@@ -22,8 +22,8 @@ fi
 [ "$mode" = tests ] && exit 0
 FASTED=.peers/FaSTED/source/release/main
 extra=(); [ -x "$FASTED" ] && extra=(--fasted "$FASTED")
-if [ "$mode" = quick ]; then
-    python3 benchmarks/bench_highd.py --workloads expo,emb512 --scale 0.2 --repeat 1 "${extra[@]}" "$@" \
+if [ "$mode" = quick ] || [ "$mode" = bench ]; then
+    python3 benchmarks/bench_highd.py --workloads expo,emb512 --scale 0.2 --repeat 2 "${extra[@]}" "$@" \
         --out-json "$OUT/highd-quick.json" > "$OUT/bench-quick.log" 2>&1
     tail -6 "$OUT/bench-quick.log"
     python3 benchmarks/bench_highd.py --workloads expo --filters int8,fp16 --skip-torch --repeat 2 "${extra[@]}" "$@" \

@@ -142,6 +142,9 @@ class GpuBruteJoin:
         self.selfjoin = b is None
         self.eps = float(eps)
         self.eps2 = eps_squared(eps)
+        # float32 inputs are decided from their float32 rows (the same float64 values, half the bytes)
+        stored32 = all(getattr(x, "dtype", None) == np.float32 for x in (a, b) if x is not None)
+        originals = (a, b)
         a = to_device64(a)
         b = None if b is None else to_device64(b)
         self.d = int(a.shape[1])
@@ -166,6 +169,9 @@ class GpuBruteJoin:
             self.A.tc = _tc_rows(self.A, centre, self.S, L, self.filter, self.tile)
             self.B.tc = self.A.tc if b is None else _tc_rows(self.B, centre, self.S, L, self.filter, self.tile)
             self.batch = 1 << 18  # tile pairs per launch: no products are stored
+            if stored32:  # the float64 copies are no longer needed
+                for side, original in ((self.A, originals[0]),) + (() if b is None else ((self.B, originals[1]),)):
+                    side.points = cp.ascontiguousarray(cp.asarray(original)[side.perm])
         else:
             budget = batch_bytes if batch_bytes is not None else min(4 << 30, device_budget_bytes(0.25))
             self.batch = max(1, min(65535, budget // (4 * self.tile * self.tile)))
@@ -222,7 +228,9 @@ class GpuBruteJoin:
         per_pair = pair_counts is not None
         if self.filter != "fp32":
             (xa, rowbytes, qa, ua), (xb, _, qb, ub) = self.A.tc, self.B.tc
-            kernel("brute_tc.cu", f"brute_tc_{'i8' if self.filter == 'int8' else 'f16'}")((int(P.shape[0]),), (BLOCK,), (
+            rows = "f32" if self.A.points.dtype == np.float32 else "f64"
+            name = f"brute_tc_{'i8' if self.filter == 'int8' else 'f16'}_{rows}"
+            kernel("brute_tc.cu", name)((int(P.shape[0]),), (BLOCK,), (
                 xa, xb, np.int32(rowbytes), P, Q, np.int64(self.A.n), np.int64(self.B.n), qa, qb, ua, ub,
                 self.A.points, self.B.points, self.A.perm, self.B.perm, np.int32(self.d),
                 np.float64(tc_quant.reach0(self.eps, self.S, self.d)), np.float64(self.eps2), np.int32(self.selfjoin),
@@ -241,12 +249,14 @@ class GpuBruteJoin:
         ))
         return int(counter.get()[0]), oi, oj, od
 
-    @staticmethod
-    def _sorted(oi, oj, od, found: int):
+    def _sorted(self, oi, oj, od, found: int):
         """The first ``found`` pairs, sorted by (i, j): deterministic whatever order the atomics gave."""
         cp = cupy()
         oi, oj, od = oi[:found], oj[:found], od[:found]
-        order = cp.lexsort(cp.stack([oj, oi]))
+        if max(self.A.n, self.B.n) >= 1 << 32:
+            order = cp.lexsort(cp.stack([oj, oi]))
+        else:  # ids below 2**32: one packed key, one radix sort (lexsort is far slower)
+            order = cp.argsort((oi.astype(cp.uint64) << cp.uint64(32)) | oj.astype(cp.uint64))
         return oi[order], oj[order], od[order]
 
     def _range_parts(self, lo: int, hi: int, max_pairs: int | None):

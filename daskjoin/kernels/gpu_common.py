@@ -30,8 +30,18 @@ def gpu_available() -> bool:
 
 
 def cuda_source(name: str) -> str:
+    """The source of ``cuda/<name>``, with its ``#include "X"`` lines of files in ``cuda/`` spliced in
+    (NVRTC gets one string and no include path; nvcc reads the same includes itself)."""
     with open(os.path.join(CUDA_DIR, name)) as f:
-        return f.read()
+        lines = f.read().splitlines(keepends=True)
+    out = []
+    for line in lines:
+        parts = line.split('"')
+        if line.startswith("#include \"") and len(parts) == 3 and os.path.exists(os.path.join(CUDA_DIR, parts[1])):
+            out.append(cuda_source(parts[1]).replace("#pragma once\n", ""))
+        else:
+            out.append(line)
+    return "".join(out)
 
 
 @functools.lru_cache(maxsize=None)

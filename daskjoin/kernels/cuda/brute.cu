@@ -14,7 +14,7 @@
 // With per_pair set, pair_counts[b] also counts tile pair b's accepted pairs (written or
 // not), from which the driver cuts batches of at most max_pairs pairs.
 
-typedef long long i64;
+#include "exact.cuh"
 
 extern "C" __global__ void brute_filter(
     const float* __restrict__ G, const i64* __restrict__ P, const i64* __restrict__ Q, int tile,
@@ -41,20 +41,11 @@ extern "C" __global__ void brute_filter(
             const double norms = rar + rb[b];
             const double reach = eps_hi + conv * norms;
             if ((double)s > reach * reach + gamma2 * norms * norms) continue;
-            const double* p = A + a * (i64)d;
-            const double* q = B + b * (i64)d;
-            double acc = 0.0;
-            bool keep = true;
-            for (int t = 0; t < d; ++t) {
-                double u = __dsub_rn(p[t], q[t]);
-                acc = __dadd_rn(acc, __dmul_rn(u, u));
-                if (acc > eps2) { keep = false; break; }
-            }
-            if (!keep) continue;
+            const double acc = exact_within(A + a * (i64)d, B + b * (i64)d, d, eps2);
+            if (acc < 0.0) continue;
             i64 i = perm_a[a], j = perm_b[b];
             if (selfjoin && j < i) { i64 t = i; i = j; j = t; }
-            const unsigned long long pos = atomicAdd(counter, 1ULL);
-            if (per_pair) atomicAdd(pair_counts + pair, 1ULL);
+            const unsigned long long pos = claim_slot(counter, pair_counts + pair, per_pair);
             if ((i64)pos < capacity) {
                 oi[pos] = i;
                 oj[pos] = j;

@@ -17,7 +17,8 @@
 // int8 instructions read the same bytes of A, B and write the same accumulator layout (PTX ISA,
 // "Matrix Fragments for mma.m16n8k16 / m16n8k32"), so one body serves both.
 
-typedef long long i64;
+#include "exact.cuh"
+
 typedef unsigned int u32;
 
 #define TILE 128
@@ -87,13 +88,13 @@ __device__ __forceinline__ void tile_product(const unsigned char* __restrict__ X
     }
 }
 
-template <typename Acc>
+template <typename Acc, typename T>
 __device__ __forceinline__ void filter_tiles(
     const unsigned char* __restrict__ X, const unsigned char* __restrict__ Y, int rowbytes,
     const i64* __restrict__ P, const i64* __restrict__ Q, i64 n, i64 m,
     const double* __restrict__ qa, const double* __restrict__ qb,
     const double* __restrict__ ua, const double* __restrict__ ub,
-    const double* __restrict__ A, const double* __restrict__ B,
+    const T* __restrict__ A, const T* __restrict__ B,
     const i64* __restrict__ perm_a, const i64* __restrict__ perm_b, int d,
     double reach0, double eps2, int selfjoin,
     unsigned long long* __restrict__ counter, unsigned long long* __restrict__ pair_counts, int per_pair,
@@ -135,20 +136,11 @@ __device__ __forceinline__ void filter_tiles(
         const int e1 = bit & 1, ni = (bit >> 1) & 7, h = (bit >> 4) & 1, mi = bit >> 5;
         const i64 a = tp * TILE + wr + mi * 16 + g + 8 * h;
         const i64 b = tq * TILE + wc + ni * 8 + 2 * t + e1;
-        const double* p = A + a * (i64)d;
-        const double* q = B + b * (i64)d;
-        double s = 0.0;
-        bool keep = true;
-        for (int k = 0; k < d; ++k) {
-            const double u = __dsub_rn(p[k], q[k]);
-            s = __dadd_rn(s, __dmul_rn(u, u));
-            if (s > eps2) { keep = false; break; }
-        }
-        if (!keep) continue;
+        const double s = exact_within(A + a * (i64)d, B + b * (i64)d, d, eps2);
+        if (s < 0.0) continue;
         i64 i = perm_a[a], j = perm_b[b];
         if (selfjoin && j < i) { const i64 tmp = i; i = j; j = tmp; }
-        const unsigned long long pos = atomicAdd(counter, 1ULL);
-        if (per_pair) atomicAdd(pair_counts + pair, 1ULL);
+        const unsigned long long pos = claim_slot(counter, pair_counts + pair, per_pair);
         if ((i64)pos < capacity) {
             oi[pos] = i;
             oj[pos] = j;
@@ -157,12 +149,12 @@ __device__ __forceinline__ void filter_tiles(
     }
 }
 
-#define FILTER_ARGS                                                                                         \
+#define FILTER_ARGS(T)                                                                                      \
     const unsigned char* __restrict__ X, const unsigned char* __restrict__ Y, int rowbytes,                  \
     const i64* __restrict__ P, const i64* __restrict__ Q, i64 n, i64 m,                                      \
     const double* __restrict__ qa, const double* __restrict__ qb,                                            \
     const double* __restrict__ ua, const double* __restrict__ ub,                                            \
-    const double* __restrict__ A, const double* __restrict__ B,                                              \
+    const T* __restrict__ A, const T* __restrict__ B,                                                        \
     const i64* __restrict__ perm_a, const i64* __restrict__ perm_b, int d,                                   \
     double reach0, double eps2, int selfjoin,                                                                \
     unsigned long long* __restrict__ counter, unsigned long long* __restrict__ pair_counts, int per_pair,   \
@@ -170,8 +162,11 @@ __device__ __forceinline__ void filter_tiles(
 #define FILTER_PASS X, Y, rowbytes, P, Q, n, m, qa, qb, ua, ub, A, B, perm_a, perm_b, d, reach0, eps2, selfjoin, \
     counter, pair_counts, per_pair, capacity, oi, oj, od
 
-extern "C" __global__ void __launch_bounds__(THREADS) brute_tc_i8(FILTER_ARGS) { filter_tiles<int>(FILTER_PASS); }
-extern "C" __global__ void __launch_bounds__(THREADS) brute_tc_f16(FILTER_ARGS) { filter_tiles<float>(FILTER_PASS); }
+// <filter>_<stored rows>: float32 inputs are decided from their float32 rows (converted exactly), half the bytes
+extern "C" __global__ void __launch_bounds__(THREADS) brute_tc_i8_f64(FILTER_ARGS(double)) { filter_tiles<int, double>(FILTER_PASS); }
+extern "C" __global__ void __launch_bounds__(THREADS) brute_tc_f16_f64(FILTER_ARGS(double)) { filter_tiles<float, double>(FILTER_PASS); }
+extern "C" __global__ void __launch_bounds__(THREADS) brute_tc_i8_f32(FILTER_ARGS(float)) { filter_tiles<int, float>(FILTER_PASS); }
+extern "C" __global__ void __launch_bounds__(THREADS) brute_tc_f16_f32(FILTER_ARGS(float)) { filter_tiles<float, float>(FILTER_PASS); }
 
 // The raw tile products of tile pairs (P[k], Q[k]) as float64, out[k][row][col]: lets the tests check
 // on the device that the products the filter sees are the exact integer products.

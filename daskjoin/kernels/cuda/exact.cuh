@@ -1,0 +1,48 @@
+// The exact decision and the output slots that the brute-force kernels share (#included; the loader
+// in kernels/gpu_common.py splices it in for NVRTC).
+#pragma once
+
+typedef long long i64;
+
+// Float64 squared distance of rows p, q (stored as T) if it is <= eps2, else -1: dimensions summed in
+// order with no FMA (the exact rule, kernels/exact.py).  Loads are issued 8 at a time before their use,
+// so a candidate costs a few memory latencies, not d; the early exit after each group of 8 leaves the
+// decision unchanged (adding non-negative terms never lowers a float sum).
+template <typename T>
+__device__ __forceinline__ double exact_within(const T* __restrict__ p, const T* __restrict__ q, int d, double eps2) {
+    double s = 0.0;
+    int k = 0;
+    for (; k + 8 <= d; k += 8) {
+        T pv[8], qv[8];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) { pv[t] = p[k + t]; qv[t] = q[k + t]; }
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+            const double u = __dsub_rn((double)pv[t], (double)qv[t]);
+            s = __dadd_rn(s, __dmul_rn(u, u));
+        }
+        if (s > eps2) return -1.0;
+    }
+    for (; k < d; ++k) {
+        const double u = __dsub_rn((double)p[k], (double)q[k]);
+        s = __dadd_rn(s, __dmul_rn(u, u));
+    }
+    return s <= eps2 ? s : -1.0;
+}
+
+// One output slot per calling lane, the lanes that arrive together sharing one atomicAdd (and one on
+// the tile pair's count): same-address atomics from every accepted pair would serialise.
+__device__ __forceinline__ unsigned long long claim_slot(unsigned long long* counter, unsigned long long* pair_count,
+                                                         int per_pair) {
+    const unsigned mask = __activemask();
+    const int lane = threadIdx.x & 31, leader = __ffs(mask) - 1;
+    const unsigned below = mask & ((1u << lane) - 1u);
+    unsigned long long base = 0ULL;
+    if (lane == leader) {
+        base = atomicAdd(counter, (unsigned long long)__popc(mask));
+        if (per_pair) atomicAdd(pair_count, (unsigned long long)__popc(mask));
+    }
+    base = __shfl_sync(mask, base, leader);
+    return base + __popc(below);
+}
+
