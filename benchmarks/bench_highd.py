@@ -91,7 +91,10 @@ def candidate_share(x, eps, fmt, rows=SAMPLE, against=200_000):
     qa, na, ua = tc_quant.quantise(a - centre, S, L, cp)
     qb, nb, ub = tc_quant.quantise(b - centre, S, L, cp)
     G = qa @ qb.T  # integers: exact in float64
-    keep = int(tc_quant.candidates(na, nb, G, ua, ub, tc_quant.reach0(eps, S, x.shape[1])).sum())
+    q_a, r_a = tc_quant.kernel_bounds(na, ua, tc_quant.reach0(eps, S, x.shape[1]), cp)
+    q_b, r_b = tc_quant.kernel_bounds(nb, ub, 0.0, cp)
+    s = q_a.astype(cp.float64)[:, None] + q_b.astype(cp.float64)[None, :] - 2.0 * G
+    keep = int((s <= (r_a.astype(cp.float64)[:, None] + r_b.astype(cp.float64)[None, :]) ** 2).sum())
     true = int((((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2 * a @ b.T) <= eps * eps * (1 + 1e-6)).sum())
     return keep, true
 
@@ -123,6 +126,19 @@ def torch_pairs(x, eps, dtype, queries=None):
             total += int((hit & (cols > rows)).sum())
     torch.cuda.synchronize()
     return set(np.concatenate(found).tolist()) if queries else total
+
+
+def products_only(kern, x, eps, repeat):
+    """Seconds of a count whose filter passes (almost) nothing: the tile products and the filter's test
+    alone, without the float64 decisions (a diagnostic; the count it gives is not the join's)."""
+    from daskjoin.kernels import tc_quant
+
+    original = tc_quant.reach0
+    tc_quant.reach0 = lambda eps, S, d: 0.0
+    try:
+        return synced(lambda: kern.self_count(x, eps), repeat)[0]
+    finally:
+        tc_quant.reach0 = original
 
 
 def exact_query_pairs(x, eps, queries):
@@ -183,8 +199,13 @@ def bench(name, args):
         del join
         cp.get_default_memory_pool().free_all_blocks()
         print(f"  {fmt}: {s:.3f} s, {c:,} pairs, {row[f'tops_{fmt}']:.0f} TOPS", flush=True)
+        if args.diagnose and fmt != "fp32":
+            row[f"products_only_{fmt}_s"] = products_only(kern, x, eps, args.repeat)
+            print(f"  {fmt} products and filter alone: {row[f'products_only_{fmt}_s']:.3f} s", flush=True)
     assert len(set(counts.values())) == 1, f"filters disagree: {counts}"
     row["pairs"] = next(iter(counts.values()))
+    if args.skip_host:
+        return row
     default = args.filters[1] if len(args.filters) > 1 and args.filters[0] == "fp32" else args.filters[0]
     kern = get_kernel("brute", "gpu", filter=default)
     s, got = synced(lambda: sum(len(b[0]) for b in kern.self_batches(x, eps, 1 << 22)))
@@ -223,6 +244,8 @@ def main() -> int:
     parser.add_argument("--fp32-max-n", type=int, default=1_000_000, help="skip the fp32 filter above this n")
     parser.add_argument("--torch-max-n", type=int, default=2_000_000, help="torch counts the whole set up to this n")
     parser.add_argument("--skip-torch", action="store_true")
+    parser.add_argument("--skip-host", action="store_true", help="no pairs-to-host run (counts only)")
+    parser.add_argument("--diagnose", action="store_true", help="also time the tensor-core products alone")
     parser.add_argument("--fasted", default=None, help="FaSTED's main binary (built for sm_90)")
     parser.add_argument("--out-json", default=None)
     args = parser.parse_args()
@@ -245,7 +268,7 @@ def main() -> int:
         tc = [f for f in args.filters if f != "fp32" and f"tops_{f}" in r]
         print(f"{r['workload']:9} {r['n']:>10,} {r['d']:>4} {r['pairs']:>13,} "
               + " ".join(f"{r.get(f'count_{f}_s', float('nan')):>9.3f}" for f in args.filters)
-              + f" {r['pairs_to_host_s']:>8.3f} {max([r[f'tops_{f}'] for f in tc] or [0]):>6.0f}"
+              + f" {r.get('pairs_to_host_s', float('nan')):>8.3f} {max([r[f'tops_{f}'] for f in tc] or [0]):>6.0f}"
               + f" {r.get('torch_fp32_s', float('nan')):>8.3f} {r.get('torch_fp16_s', float('nan')):>8.3f}"
               + f" {(r.get('fasted') or {}).get('kernel_s') or float('nan'):>8.3f}")
     return 0

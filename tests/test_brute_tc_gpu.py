@@ -129,3 +129,20 @@ def test_tensor_core_filter_falls_back_where_the_grid_cannot_hold_the_spread():
     assert_same_pairs(get_kernel("brute", "gpu", filter="int8").self_join(x, 3e-306), oracle_self_pairs(x, 3e-306))
     with pytest.raises(ValueError, match="tiles of 128 rows"):
         GpuBruteJoin(np.random.default_rng(4).random((300, 40)), None, 0.1, filter="int8", tile=256)
+
+
+@pytest.mark.parametrize("cap", [3000, 100_000])
+def test_candidate_lists_that_overflow_are_rerun_or_halved(monkeypatch, cap):
+    """A cap far below a launch's candidates: ranges are halved down to single tile pairs (whose
+    candidates may exceed the cap: listed whole), lists that overflow are rerun; same pairs."""
+    from daskjoin.kernels import brute_gpu
+
+    monkeypatch.setattr(brute_gpu, "CANDIDATES_MAX", cap)
+    rng = np.random.default_rng(12)
+    x = rng.exponential(1 / 40, size=(5000, 48)).astype(np.float32)
+    eps = float(np.quantile(np.sqrt(((x[:300, None] - x[None, :300]) ** 2).sum(-1)), 0.05))
+    want = oracle_self_pairs(x, eps)
+    for fmt in FILTERS:
+        assert_same_pairs(get_kernel("brute", "gpu", filter=fmt).self_join(x, eps), want, context=f"{fmt} cap {cap}")
+        parts = list(get_kernel("brute", "gpu", filter=fmt).self_batches(x, eps, 5000))
+        assert_same_pairs(tuple(np.concatenate([p[t] for p in parts]) for t in range(3)), want)

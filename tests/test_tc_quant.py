@@ -33,7 +33,10 @@ def _filter_keeps(a, b, eps, fmt):
     qb, nb, ub = tc_quant.quantise(b - centre, S, L)
     assert np.abs(qa).max(initial=0) <= L and np.abs(qb).max(initial=0) <= L
     G = (qa.astype(np.int64) @ qb.astype(np.int64).T).astype(np.float64)  # exact, as on the tensor cores
-    keep = tc_quant.candidates(na, nb, G, ua, ub, tc_quant.reach0(eps, S, d))
+    q_a, r_a = tc_quant.kernel_bounds(na, ua, tc_quant.reach0(eps, S, d))
+    q_b, r_b = tc_quant.kernel_bounds(nb, ub, 0.0)
+    assert (q_a <= na).all() and (r_a >= tc_quant.reach0(eps, S, d) + ua).all() and (r_b >= ub).all()
+    keep = tc_quant.candidates(q_a, q_b, G, r_a, r_b)
     truth = pairwise_squared_distances(a, b) <= np.float64(eps) * np.float64(eps)
     return keep, truth
 

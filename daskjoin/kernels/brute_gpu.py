@@ -40,6 +40,7 @@ BLOCK = 256
 #: the filters: "fp32" (SGEMM on the CUDA cores) or the tensor cores on rows quantised to integers
 FILTERS = ("auto", "fp32") + tuple(tc_quant.FORMATS)
 TC_TILE = 128  # rows per tile of cuda/brute_tc.cu (one block per tile pair)
+CANDIDATES_MAX = 1 << 26  # candidates listed at once by the tensor-core filter (12 bytes each)
 
 
 def pivot_order(x, tile: int):
@@ -159,6 +160,8 @@ class GpuBruteJoin:
             self.S = tc_quant.scale(spread, L)
             if self.S is None:  # spread outside the grid's range: the fp32 filter holds there
                 self.filter = "fp32"
+        if self.filter != "fp32" and max(a.shape[0], 0 if b is None else b.shape[0]) >= 1 << 31:
+            self.filter = "fp32"  # candidates are listed by int32 row numbers
         if self.filter != "fp32" and tile not in (None, TC_TILE):
             raise ValueError(f"the {self.filter} filter works on tiles of {TC_TILE} rows, got tile={tile}")
         self.tile = int(tile or (256 if self.filter == "fp32" else TC_TILE))
@@ -168,7 +171,11 @@ class GpuBruteJoin:
         if self.filter != "fp32":
             self.A.tc = _tc_rows(self.A, centre, self.S, L, self.filter, self.tile)
             self.B.tc = self.A.tc if b is None else _tc_rows(self.B, centre, self.S, L, self.filter, self.tile)
+            r0 = tc_quant.reach0(self.eps, self.S, self.d)
+            self.bounds_a = tc_quant.kernel_bounds(self.A.tc[2], self.A.tc[3], r0, cp)
+            self.bounds_b = tc_quant.kernel_bounds(self.B.tc[2], self.B.tc[3], 0.0, cp)
             self.batch = 1 << 18  # tile pairs per launch: no products are stored
+            self._candidates = 1 << 22
             if stored32:  # the float64 copies are no longer needed
                 for side, original in ((self.A, originals[0]),) + (() if b is None else ((self.B, originals[1]),)):
                     side.points = cp.ascontiguousarray(cp.asarray(original)[side.perm])
@@ -227,16 +234,7 @@ class GpuBruteJoin:
         oi, oj, od = cp.empty(size, cp.int64), cp.empty(size, cp.int64), cp.empty(size, cp.float32)
         per_pair = pair_counts is not None
         if self.filter != "fp32":
-            (xa, rowbytes, qa, ua), (xb, _, qb, ub) = self.A.tc, self.B.tc
-            rows = "f32" if self.A.points.dtype == np.float32 else "f64"
-            name = f"brute_tc_{'i8' if self.filter == 'int8' else 'f16'}_{rows}"
-            kernel("brute_tc.cu", name)((int(P.shape[0]),), (BLOCK,), (
-                xa, xb, np.int32(rowbytes), P, Q, np.int64(self.A.n), np.int64(self.B.n), qa, qb, ua, ub,
-                self.A.points, self.B.points, self.A.perm, self.B.perm, np.int32(self.d),
-                np.float64(tc_quant.reach0(self.eps, self.S, self.d)), np.float64(self.eps2), np.int32(self.selfjoin),
-                counter, pair_counts if per_pair else counter, np.int32(per_pair), np.int64(capacity), oi, oj, od,
-            ))
-            return int(counter.get()[0]), oi, oj, od
+            return self._filter_tc(P, Q, pair_counts, counter, capacity, oi, oj, od), oi, oj, od
         conv, gamma2 = error_constants(self.d)
         grid = (max(1, -(-self.tile // BLOCK)), min(self.tile, 1024), int(P.shape[0]))
         kernel("brute.cu", "brute_filter")(grid, (BLOCK,), (
@@ -248,6 +246,52 @@ class GpuBruteJoin:
             np.int64(capacity), oi, oj, od,
         ))
         return int(counter.get()[0]), oi, oj, od
+
+    def _filter_tc(self, P, Q, pair_counts, counter, capacity, oi, oj, od) -> int:
+        """The tensor-core filter over tile pairs (P[k], Q[k]), then the float64 decision of its candidates.
+
+        Candidates of a range are listed on the device (at most ``CANDIDATES_MAX`` at a time: a range
+        with more is halved, a launch that overflowed its list is rerun with room for all) and
+        decided by ``brute_tc_exact_*``, which appends accepted pairs as ``brute_filter`` does.
+        """
+        cp = cupy()
+        xa, rowbytes = self.A.tc[:2]
+        xb = self.B.tc[0]
+        (qa, ra), (qb, rb) = self.bounds_a, self.bounds_b
+        per_pair = pair_counts is not None
+        product = kernel("brute_tc.cu", f"brute_tc_{'i8' if self.filter == 'int8' else 'f16'}")
+        decide = kernel("brute_tc.cu", f"brute_tc_exact_{'f32' if self.A.points.dtype == np.float32 else 'f64'}")
+        ranges = [(0, int(P.shape[0]))]
+        while ranges:
+            lo, hi = ranges.pop()
+            room = max(1, min(self._candidates, CANDIDATES_MAX))
+            listed = cp.zeros(1, cp.uint64)
+            cand = cp.empty((room, 2), cp.int32)
+            cand_pair = cp.empty(room, cp.int32) if per_pair else None
+            product((hi - lo,), (BLOCK,), (
+                xa, xb, np.int32(rowbytes), P[lo:hi], Q[lo:hi], np.int64(self.A.n), np.int64(self.B.n),
+                qa, qb, ra, rb, np.int32(self.selfjoin), np.int32(lo), listed, np.int64(room), cand,
+                cand_pair if per_pair else np.uint64(0),
+            ))
+            count = int(listed.get()[0])
+            if count > room:  # rerun with room for all, or in halves past the cap
+                del cand, cand_pair
+                if count > CANDIDATES_MAX and hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    ranges += [(mid, hi), (lo, mid)]
+                else:
+                    self._candidates = count
+                    ranges.append((lo, hi))
+                continue
+            self._candidates = max(1 << 20, min(CANDIDATES_MAX, int(count * 1.5)))
+            if count:
+                blocks = int(min(-(-count // BLOCK), 1 << 16))
+                decide((blocks,), (BLOCK,), (
+                    cand, cand_pair if per_pair else cand, np.int64(count), self.A.points, self.B.points,
+                    self.A.perm, self.B.perm, np.int32(self.d), np.float64(self.eps2), np.int32(self.selfjoin),
+                    counter, pair_counts if per_pair else counter, np.int32(per_pair), np.int64(capacity), oi, oj, od,
+                ))
+        return int(counter.get()[0])
 
     def _sorted(self, oi, oj, od, found: int):
         """The first ``found`` pairs, sorted by (i, j): deterministic whatever order the atomics gave."""

@@ -19,8 +19,10 @@ the products are *exact*, so the only error left is the quantisation, measured p
 For a true pair (float64 ``s <= eps^2``, so the exact distance ``D <= eps (1 + 1e-9)`` plus a term
 for underflow, see :func:`reach0`), ``(x_a - c)/S - (x_b - c)/S = (q_a - q_b) + (e_a - e_b)`` gives,
 by the triangle inequality, ``|q_a - q_b| <= D / S + u_a + u_b <= reach0 + u_a + u_b``.
-The kernel keeps a pair whenever ``|q_a - q_b|^2 <= (reach0 + u_a + u_b)^2`` (its own roundings
-covered by a 2^-40 factor), then decides it exactly in float64.  No true pair is filtered out.
+The kernel keeps a pair whenever ``|q_a - q_b|^2 <= (r_a + r_b)^2`` with ``r_a >= reach0 + u_a`` and
+``r_b >= u_b`` rounded up to float32, evaluating it in float32 with every step rounded towards keeping
+the pair (:func:`kernel_bounds`, :func:`candidates`), then decides it exactly in float64.  No true pair
+is filtered out.
 
 The bound is tight when ``u`` is small against ``eps / S``: ``u`` is about ``sqrt(d / 12)`` (at
 most ``sqrt(d) / 2``), so the filter passes pairs up to about ``eps + 2 sqrt(d / 12) R / L``.
@@ -83,9 +85,31 @@ def quantise(y, S: float, L: int, xp=np):
     return q, qn2, u
 
 
-def candidates(qn2_a, qn2_b, G, u_a, u_b, r0: float):
-    """The kernel's test, in numpy: which pairs (rows of a, columns of b) the filter keeps, G the
-    exact integer products.  Used by the tests to check the proof on the CPU."""
-    s = qn2_a[:, None] + qn2_b[None, :] - 2.0 * G
-    reach = (r0 + u_a[:, None] + u_b[None, :]) * (1.0 + 2.0 ** -40)
-    return s <= reach * reach * (1.0 + 2.0 ** -40)
+def down32(x, xp=np):
+    """float32 values <= x (float64): x rounded towards -inf."""
+    y = x.astype(xp.float32)
+    return xp.where(y.astype(xp.float64) > x, xp.nextafter(y, xp.float32(-xp.inf)), y)
+
+
+def up32(x, xp=np):
+    """float32 values >= x (float64): x rounded towards +inf (inf beyond float32's range)."""
+    with np.errstate(over="ignore"):
+        y = x.astype(xp.float32)
+    return xp.where(y.astype(xp.float64) < x, xp.nextafter(y, xp.float32(xp.inf)), y)
+
+
+def kernel_bounds(qn2, u, r0: float, xp=np):
+    """The float32 per-row values the kernel reads: |q|^2 rounded down and ``r0 + u`` rounded up
+    (``r0 = 0`` for the B side).  The 2^-50 factor covers the one float64 rounding of ``r0 + u``."""
+    return down32(qn2, xp), up32((r0 + u) * (1.0 + 2.0 ** -50), xp)
+
+
+def candidates(q_a, q_b, G, r_a, r_b):
+    """Which pairs (rows of a, columns of b) the filter keeps, from the kernel's float32 row values
+    (:func:`kernel_bounds`) and the exact integer products G; in float64, in numpy.
+
+    The kernel keeps a superset of these: it rounds ``q_a + q_b - 2 G`` down and ``(r_a + r_b)^2``
+    up in float32.  The tests check on the CPU that this set holds every true pair."""
+    s = q_a.astype(np.float64)[:, None] + q_b.astype(np.float64)[None, :] - 2.0 * G
+    reach = r_a.astype(np.float64)[:, None] + r_b.astype(np.float64)[None, :]
+    return s <= reach * reach * (1.0 + 2.0 ** -50)

@@ -3,13 +3,14 @@
 // Each block takes one pair of 128-row tiles (P[k], Q[k]) of rows quantised to small integers
 // (kernels/tc_quant.py): int8 (mma m16n8k32, s32 accumulation) or integers |q| <= 2048 stored as
 // fp16 (mma m16n8k16, f32 accumulation, every partial sum an integer below 2^24).  Either way
-// the product G = q_a . q_b is exact, so |q_a - q_b|^2 = |q_a|^2 + |q_b|^2 - 2 G is exact in
-// float64, and a true pair satisfies
+// the product G = q_a . q_b is exact, so |q_a - q_b|^2 = |q_a|^2 + |q_b|^2 - 2 G exactly, and a
+// true pair satisfies
 //     |q_a - q_b| <= reach0 + u_a + u_b
 // (reach0 >= eps_hi / S, u >= the row's quantisation residual in units of S; proof in
-// tc_quant.py and docs/exactness.md).  Rows that pass are decided exactly, in float64 from the
-// stored values with dimensions summed in order (__dadd_rn/__dmul_rn: no FMA contraction), as in
-// brute.cu; accepted pairs are appended through an atomic counter, the driver sorts them.
+// tc_quant.py and docs/exactness.md).  Pairs that pass are listed as candidates and decided
+// exactly by a second kernel, in float64 from the stored values with dimensions summed in order
+// (exact.cuh), as in brute.cu; accepted pairs are appended through an atomic counter, the driver
+// sorts them.
 //
 // Layout: rows are `rowbytes` bytes (a multiple of 32, zero padded); 8 warps, each computing a
 // 32 x 64 block of the 128 x 128 tile from shared memory staged 128 bytes of every row at a
@@ -88,17 +89,27 @@ __device__ __forceinline__ void tile_product(const unsigned char* __restrict__ X
     }
 }
 
-template <typename Acc, typename T>
+// A lower bound on |q_a - q_b|^2 = qa + qb - 2 G in float32 (exact integers; rounded down).
+__device__ __forceinline__ float low_d2(float qa, float qb, int g) {
+    return __fsub_rd(__fadd_rd(qa, qb), __fmul_ru(2.0f, __int2float_ru(g)));
+}
+__device__ __forceinline__ float low_d2(float qa, float qb, float g) {
+    return __fsub_rd(__fadd_rd(qa, qb), __fmul_ru(2.0f, g));  // g: an integer below 2^24, exact
+}
+
+// The filter: each block forms one tile pair's products and appends the (row, row, tile pair) of every
+// product that passes |q_a - q_b|^2 <= (ra + rb)^2 to a candidate list (ra >= reach0 + u_a and
+// rb >= u_b rounded up to float32; the test rounds every step towards keeping the pair, so no true
+// pair is dropped).  Candidates past `capacity` are counted, not written: the driver then reruns the
+// range with room for all.  The float64 decisions run in a second kernel (brute_tc_exact_*), at full
+// occupancy, where this one holds 64 accumulators per thread.
+template <typename Acc>
 __device__ __forceinline__ void filter_tiles(
     const unsigned char* __restrict__ X, const unsigned char* __restrict__ Y, int rowbytes,
     const i64* __restrict__ P, const i64* __restrict__ Q, i64 n, i64 m,
-    const double* __restrict__ qa, const double* __restrict__ qb,
-    const double* __restrict__ ua, const double* __restrict__ ub,
-    const T* __restrict__ A, const T* __restrict__ B,
-    const i64* __restrict__ perm_a, const i64* __restrict__ perm_b, int d,
-    double reach0, double eps2, int selfjoin,
-    unsigned long long* __restrict__ counter, unsigned long long* __restrict__ pair_counts, int per_pair,
-    i64 capacity, i64* __restrict__ oi, i64* __restrict__ oj, float* __restrict__ od) {
+    const float* __restrict__ qa, const float* __restrict__ qb,
+    const float* __restrict__ ra, const float* __restrict__ rb, int selfjoin, int pair_base,
+    unsigned long long* __restrict__ cand_counter, i64 capacity, int2* __restrict__ cand, int* __restrict__ cand_pair) {
     const i64 pair = blockIdx.x;
     const i64 tp = P[pair], tq = Q[pair];
     Acc acc[2][8][4];
@@ -106,8 +117,14 @@ __device__ __forceinline__ void filter_tiles(
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int wr = (warp >> 1) * 32, wc = (warp & 1) * 64;
     const bool diagonal = selfjoin && tp == tq;
-    // the filter, over this thread's 64 products: a bit per candidate
-    unsigned long long cand = 0ULL;
+    float qbv[16], rbv[16];
+#pragma unroll
+    for (int c = 0; c < 16; ++c) {
+        const i64 b = tq * TILE + wc + (c >> 1) * 8 + 2 * t + (c & 1);
+        qbv[c] = b < m ? qb[b] : 0.0f;
+        rbv[c] = b < m ? rb[b] : 0.0f;
+    }
+    unsigned long long keep = 0ULL;  // a bit per candidate of this thread's 64 products
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
@@ -115,32 +132,70 @@ __device__ __forceinline__ void filter_tiles(
             const int rl = wr + mi * 16 + g + 8 * h;
             const i64 a = tp * TILE + rl;
             if (a >= n) continue;
-            const double qar = qa[a], uar = ua[a];
+            const float qar = qa[a], rar = ra[a];
 #pragma unroll
             for (int ni = 0; ni < 8; ++ni)
 #pragma unroll
                 for (int e1 = 0; e1 < 2; ++e1) {
-                    const int cl = wc + ni * 8 + 2 * t + e1;
-                    const i64 b = tq * TILE + cl;
-                    if (b >= m || (diagonal && cl <= rl)) continue;
-                    const double s = qar + qb[b] - 2.0 * (double)acc[mi][ni][2 * h + e1];  // exact: integers < 2^53
-                    const double reach = (reach0 + uar + ub[b]) * (1.0 + 0x1p-40);  // covers this line's roundings
-                    if (s <= reach * reach * (1.0 + 0x1p-40))
-                        cand |= 1ULL << (((mi * 2 + h) * 8 + ni) * 2 + e1);
+                    const int c = ni * 2 + e1, cl = wc + ni * 8 + 2 * t + e1;
+                    if (tq * TILE + cl >= m || (diagonal && cl <= rl)) continue;
+                    const float reach = __fadd_ru(rar, rbv[c]);
+                    if (low_d2(qar, qbv[c], acc[mi][ni][2 * h + e1]) <= __fmul_ru(reach, reach))
+                        keep |= 1ULL << (((mi * 2 + h) * 8 + ni) * 2 + e1);
                 }
         }
-    // the exact decision of each candidate
-    while (cand) {
-        const int bit = __ffsll((long long)cand) - 1;
-        cand &= cand - 1;
-        const int e1 = bit & 1, ni = (bit >> 1) & 7, h = (bit >> 4) & 1, mi = bit >> 5;
-        const i64 a = tp * TILE + wr + mi * 16 + g + 8 * h;
-        const i64 b = tq * TILE + wc + ni * 8 + 2 * t + e1;
-        const double s = exact_within(A + a * (i64)d, B + b * (i64)d, d, eps2);
+    // one atomicAdd per warp for the warp's candidates, each lane writing its own after the lanes before it
+    const int mine = __popcll(keep);
+    int before = mine;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, before, off);
+        if (lane >= off) before += v;
+    }
+    const int total = __shfl_sync(0xffffffffu, before, 31);
+    before -= mine;
+    unsigned long long base = 0ULL;
+    if (lane == 0 && total) base = atomicAdd(cand_counter, (unsigned long long)total);
+    base = __shfl_sync(0xffffffffu, base, 0) + before;
+    while (keep) {
+        const int bit = __ffsll((long long)keep) - 1;
+        keep &= keep - 1;
+        if ((i64)base < capacity) {
+            const int e1 = bit & 1, ni = (bit >> 1) & 7, h = (bit >> 4) & 1, mi = bit >> 5;
+            cand[base] = make_int2((int)(tp * TILE + wr + mi * 16 + g + 8 * h), (int)(tq * TILE + wc + ni * 8 + 2 * t + e1));
+            if (cand_pair) cand_pair[base] = pair_base + (int)pair;
+        }
+        ++base;
+    }
+}
+
+#define FILTER_ARGS                                                                                         \
+    const unsigned char* __restrict__ X, const unsigned char* __restrict__ Y, int rowbytes,                  \
+    const i64* __restrict__ P, const i64* __restrict__ Q, i64 n, i64 m,                                      \
+    const float* __restrict__ qa, const float* __restrict__ qb,                                              \
+    const float* __restrict__ ra, const float* __restrict__ rb, int selfjoin, int pair_base,                 \
+    unsigned long long* __restrict__ cand_counter, i64 capacity, int2* __restrict__ cand, int* __restrict__ cand_pair
+#define FILTER_PASS X, Y, rowbytes, P, Q, n, m, qa, qb, ra, rb, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair
+
+extern "C" __global__ void __launch_bounds__(THREADS) brute_tc_i8(FILTER_ARGS) { filter_tiles<int>(FILTER_PASS); }
+extern "C" __global__ void __launch_bounds__(THREADS) brute_tc_f16(FILTER_ARGS) { filter_tiles<float>(FILTER_PASS); }
+
+// The float64 decision of candidates [0, count): accepted pairs appended as in brute.cu, in original ids.
+template <typename T>
+__device__ __forceinline__ void decide(const int2* __restrict__ cand, const int* __restrict__ cand_pair, i64 count,
+                                       const T* __restrict__ A, const T* __restrict__ B,
+                                       const i64* __restrict__ perm_a, const i64* __restrict__ perm_b, int d,
+                                       double eps2, int selfjoin, unsigned long long* __restrict__ counter,
+                                       unsigned long long* __restrict__ pair_counts, int per_pair, i64 capacity,
+                                       i64* __restrict__ oi, i64* __restrict__ oj, float* __restrict__ od) {
+    for (i64 k = blockIdx.x * (i64)blockDim.x + threadIdx.x; k < count; k += (i64)gridDim.x * blockDim.x) {
+        const int2 c = cand[k];
+        const double s = exact_within(A + c.x * (i64)d, B + c.y * (i64)d, d, eps2);
         if (s < 0.0) continue;
-        i64 i = perm_a[a], j = perm_b[b];
+        i64 i = perm_a[c.x], j = perm_b[c.y];
         if (selfjoin && j < i) { const i64 tmp = i; i = j; j = tmp; }
-        const unsigned long long pos = claim_slot(counter, pair_counts + pair, per_pair);
+        const unsigned long long pos = claim_slot(counter, counter, 0);
+        if (per_pair) atomicAdd(pair_counts + cand_pair[k], 1ULL);
         if ((i64)pos < capacity) {
             oi[pos] = i;
             oj[pos] = j;
@@ -149,24 +204,18 @@ __device__ __forceinline__ void filter_tiles(
     }
 }
 
-#define FILTER_ARGS(T)                                                                                      \
-    const unsigned char* __restrict__ X, const unsigned char* __restrict__ Y, int rowbytes,                  \
-    const i64* __restrict__ P, const i64* __restrict__ Q, i64 n, i64 m,                                      \
-    const double* __restrict__ qa, const double* __restrict__ qb,                                            \
-    const double* __restrict__ ua, const double* __restrict__ ub,                                            \
-    const T* __restrict__ A, const T* __restrict__ B,                                                        \
-    const i64* __restrict__ perm_a, const i64* __restrict__ perm_b, int d,                                   \
-    double reach0, double eps2, int selfjoin,                                                                \
-    unsigned long long* __restrict__ counter, unsigned long long* __restrict__ pair_counts, int per_pair,   \
-    i64 capacity, i64* __restrict__ oi, i64* __restrict__ oj, float* __restrict__ od
-#define FILTER_PASS X, Y, rowbytes, P, Q, n, m, qa, qb, ua, ub, A, B, perm_a, perm_b, d, reach0, eps2, selfjoin, \
-    counter, pair_counts, per_pair, capacity, oi, oj, od
+#define DECIDE_ARGS(T)                                                                                      \
+    const int2* __restrict__ cand, const int* __restrict__ cand_pair, i64 count,                             \
+    const T* __restrict__ A, const T* __restrict__ B, const i64* __restrict__ perm_a,                        \
+    const i64* __restrict__ perm_b, int d, double eps2, int selfjoin, unsigned long long* __restrict__ counter, \
+    unsigned long long* __restrict__ pair_counts, int per_pair, i64 capacity,                                \
+    i64* __restrict__ oi, i64* __restrict__ oj, float* __restrict__ od
+#define DECIDE_PASS cand, cand_pair, count, A, B, perm_a, perm_b, d, eps2, selfjoin, counter, pair_counts, per_pair, \
+    capacity, oi, oj, od
 
-// <filter>_<stored rows>: float32 inputs are decided from their float32 rows (converted exactly), half the bytes
-extern "C" __global__ void __launch_bounds__(THREADS) brute_tc_i8_f64(FILTER_ARGS(double)) { filter_tiles<int, double>(FILTER_PASS); }
-extern "C" __global__ void __launch_bounds__(THREADS) brute_tc_f16_f64(FILTER_ARGS(double)) { filter_tiles<float, double>(FILTER_PASS); }
-extern "C" __global__ void __launch_bounds__(THREADS) brute_tc_i8_f32(FILTER_ARGS(float)) { filter_tiles<int, float>(FILTER_PASS); }
-extern "C" __global__ void __launch_bounds__(THREADS) brute_tc_f16_f32(FILTER_ARGS(float)) { filter_tiles<float, float>(FILTER_PASS); }
+// float32 inputs are decided from their float32 rows (converted exactly): half the bytes
+extern "C" __global__ void brute_tc_exact_f64(DECIDE_ARGS(double)) { decide<double>(DECIDE_PASS); }
+extern "C" __global__ void brute_tc_exact_f32(DECIDE_ARGS(float)) { decide<float>(DECIDE_PASS); }
 
 // The raw tile products of tile pairs (P[k], Q[k]) as float64, out[k][row][col]: lets the tests check
 // on the device that the products the filter sees are the exact integer products.

@@ -5,19 +5,20 @@
 typedef long long i64;
 
 // Float64 squared distance of rows p, q (stored as T) if it is <= eps2, else -1: dimensions summed in
-// order with no FMA (the exact rule, kernels/exact.py).  Loads are issued 8 at a time before their use,
-// so a candidate costs a few memory latencies, not d; the early exit after each group of 8 leaves the
-// decision unchanged (adding non-negative terms never lowers a float sum).
+// order with no FMA (the exact rule, kernels/exact.py).  Loads are issued a group at a time (64 bytes of
+// each row) before their use, so a candidate costs d / group memory latencies, not d; the early exit after
+// each group leaves the decision unchanged (adding non-negative terms never lowers a float sum).
 template <typename T>
 __device__ __forceinline__ double exact_within(const T* __restrict__ p, const T* __restrict__ q, int d, double eps2) {
+    constexpr int G = 64 / sizeof(T);
     double s = 0.0;
     int k = 0;
-    for (; k + 8 <= d; k += 8) {
-        T pv[8], qv[8];
+    for (; k + G <= d; k += G) {
+        T pv[G], qv[G];
 #pragma unroll
-        for (int t = 0; t < 8; ++t) { pv[t] = p[k + t]; qv[t] = q[k + t]; }
+        for (int t = 0; t < G; ++t) { pv[t] = p[k + t]; qv[t] = q[k + t]; }
 #pragma unroll
-        for (int t = 0; t < 8; ++t) {
+        for (int t = 0; t < G; ++t) {
             const double u = __dsub_rn((double)pv[t], (double)qv[t]);
             s = __dadd_rn(s, __dmul_rn(u, u));
         }
