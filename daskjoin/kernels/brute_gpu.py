@@ -261,10 +261,10 @@ class GpuBruteJoin:
         per_pair = pair_counts is not None
         product = kernel("brute_tc.cu", f"brute_tc_{'i8' if self.filter == 'int8' else 'f16'}")
         decide = kernel("brute_tc.cu", f"brute_tc_exact_{'f32' if self.A.points.dtype == np.float32 else 'f64'}")
-        ranges = [(0, int(P.shape[0]))]
+        ranges = [(0, int(P.shape[0]), 0)]  # (first, end, room needed: 0 when not yet known)
         while ranges:
-            lo, hi = ranges.pop()
-            room = max(1, min(self._candidates, CANDIDATES_MAX))
+            lo, hi, need = ranges.pop()
+            room = max(1, need or min(self._candidates, CANDIDATES_MAX))
             listed = cp.zeros(1, cp.uint64)
             cand = cp.empty((room, 2), cp.int32)
             cand_pair = cp.empty(room, cp.int32) if per_pair else None
@@ -278,10 +278,9 @@ class GpuBruteJoin:
                 del cand, cand_pair
                 if count > CANDIDATES_MAX and hi - lo > 1:
                     mid = (lo + hi) // 2
-                    ranges += [(mid, hi), (lo, mid)]
-                else:
-                    self._candidates = count
-                    ranges.append((lo, hi))
+                    ranges += [(mid, hi, 0), (lo, mid, 0)]
+                else:  # one tile pair has at most TC_TILE^2 candidates: listed whole, past the cap
+                    ranges.append((lo, hi, count))
                 continue
             self._candidates = max(1 << 20, min(CANDIDATES_MAX, int(count * 1.5)))
             if count:
