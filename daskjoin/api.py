@@ -135,7 +135,7 @@ def _plan(checked, *, method, partitioning, backend, client, gpu_options=None, c
 
 
 def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto", backend: str = "auto",
-              memory_budget=None, client=None, output: str = "pairs") -> Plan:
+              memory_budget=None, client=None, output: str = "pairs", gpu_options: dict | None = None) -> Plan:
     """Plan an ε-join without running it.
 
     Reads only metadata, one cached statistics pass and a sample (plus, for
@@ -158,6 +158,9 @@ def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto
     output : {"pairs", "count"}
         What the join will return: a count's tasks hold no pairs, so its partitions are sized
         for the rows alone (often one task).
+    gpu_options : dict, optional
+        As for :func:`similarity_join`; the plan records them (``explain()`` shows, e.g., the GPU
+        brute-force filter they choose).
 
     Returns
     -------
@@ -173,10 +176,11 @@ def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto
     1
     """
     opts = check_options("epsilon", eps=eps, method=method, partitioning=partitioning, backend=backend,
-                         memory_budget=memory_budget, client=client, output=output, stacklevel=2)
+                         memory_budget=memory_budget, client=client, output=output, gpu_options=gpu_options,
+                         stacklevel=2)
     checked = _open_inputs(a, b, opts)
     return _plan(checked, method=opts["method"], partitioning=opts["partitioning"], backend=opts["backend"],
-                 client=resolve(client), count_only=opts["output"] == "count")
+                 client=resolve(client), count_only=opts["output"] == "count", gpu_options=opts["gpu_options"])
 
 
 def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto", backend: str = "auto",
@@ -221,7 +225,8 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
     gpu_options : dict, optional
         Tuning of the GPU driver, used where a task runs on a GPU: for ``grid``
         ``threads_per_point`` (1), ``work_queue`` (True), ``sort_by_workload`` (False),
-        ``max_dims`` (6); for ``brute`` ``tile`` (256), ``batch_bytes``.
+        ``max_dims`` (6); for ``brute`` ``filter`` ("auto", "fp32", "int8", "fp16": the products that
+        filter candidates, see docs/algorithms.md), ``tile`` (256, fp32 filter only), ``batch_bytes``.
 
     Returns
     -------

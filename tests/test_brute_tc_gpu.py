@@ -146,3 +146,35 @@ def test_candidate_lists_that_overflow_are_rerun_or_halved(monkeypatch, cap):
         assert_same_pairs(get_kernel("brute", "gpu", filter=fmt).self_join(x, eps), want, context=f"{fmt} cap {cap}")
         parts = list(get_kernel("brute", "gpu", filter=fmt).self_batches(x, eps, 5000))
         assert_same_pairs(tuple(np.concatenate([p[t] for p in parts]) for t in range(3)), want)
+
+
+@pytest.mark.parametrize("fmt", FILTERS)
+def test_tensor_core_filter_through_plan_tasks_and_parquet(tmp_path, fmt):
+    """gpu_options={"filter": ...} through the shared pipeline: a Zarr input cut into many chunk-pair
+    tasks on a Dask worker, the frame, the count and Parquet read back, all equal to the oracle; the
+    plan says which filter runs."""
+    import pandas as pd
+    import zarr
+    from distributed import Client
+
+    import daskjoin as dj
+
+    rng = np.random.default_rng(13)
+    x = rng.exponential(1 / 40, size=(6000, 96)).astype(np.float32)
+    x[10:20] = x[10]
+    path = str(tmp_path / "x.zarr")
+    z = zarr.create_array(path, shape=x.shape, chunks=(1000, 96), dtype=x.dtype)
+    z[:] = x
+    eps = float(np.quantile(np.sqrt(((x[:300, None] - x[None, :300]) ** 2).sum(-1)), 0.01))
+    expected = oracle_self_pairs(x, eps)
+    opts = dict(eps=eps, method="brute", backend="gpu", memory_budget="2MB", gpu_options={"filter": fmt})
+    with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:
+        plan = dj.plan_join(path, client=client, **opts)
+        assert plan.ntasks > 3 and f"GPU filter:    {fmt}" in plan.explain()
+        frame = dj.similarity_join(path, client=client, **opts).compute()
+        assert_same_pairs((frame.i.to_numpy(), frame.j.to_numpy(), frame.dist.to_numpy()), expected)
+        assert dj.similarity_join(path, client=client, output="count", **opts) == len(expected[0])
+        res = dj.similarity_join(path, client=client, out=str(tmp_path / "out.parquet"), **opts)
+        back = pd.read_parquet(str(tmp_path / "out.parquet"))
+        assert res.pairs == len(back) == len(expected[0])
+        assert_same_pairs((back.i.to_numpy(), back.j.to_numpy(), back.dist.to_numpy()), expected)

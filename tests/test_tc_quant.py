@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daskjoin.kernels import tc_quant
-from daskjoin.planning.cost import TC_FROM_D, choose_filter
+from daskjoin.planning.cost import FP16_TO_D, TC_FROM_D, choose_filter
 
 from cases import CASES
 from oracle import _accumulate as pairwise_squared_distances, squared_distances
@@ -129,6 +129,11 @@ def test_grid_products_stay_exact(fmt, d):
     assert np.array_equal(stored.astype(np.float64), levels)
 
 
+def test_no_grid_beyond_the_margins_dimensionality():
+    assert tc_quant.levels("int8", tc_quant.MAX_D) >= 1
+    assert tc_quant.levels("int8", tc_quant.MAX_D + 1) == 0 and tc_quant.scale(1.0, 0) is None
+
+
 def test_scale_refuses_spreads_off_the_normal_range():
     assert tc_quant.scale(0.0, 127) == 1.0
     assert tc_quant.scale(1e-310, 127) is None
@@ -139,5 +144,21 @@ def test_scale_refuses_spreads_off_the_normal_range():
 
 def test_choose_filter_follows_dimensionality():
     assert choose_filter("auto", TC_FROM_D - 1)[0] == "fp32"
-    assert choose_filter("auto", TC_FROM_D)[0] == "int8"
+    assert choose_filter("auto", TC_FROM_D)[0] == "fp16"
+    assert choose_filter("auto", FP16_TO_D)[0] == "fp16"
+    assert choose_filter("auto", FP16_TO_D + 1)[0] == "int8"
     assert choose_filter("fp16", 3) == ("fp16", "requested")
+    # fp16's grid is at least twice as fine as int8's exactly up to FP16_TO_D
+    assert tc_quant.levels("fp16", FP16_TO_D) >= 2 * tc_quant.levels("int8", FP16_TO_D)
+    assert tc_quant.levels("fp16", FP16_TO_D + 1) < 2 * tc_quant.levels("int8", FP16_TO_D + 1)
+
+
+def test_plan_explains_the_gpu_filter():
+    import daskjoin as dj
+
+    x = np.random.default_rng(0).random((500, 128), dtype=np.float32)
+    text = dj.plan_join(x, eps=0.5, backend="auto", method="brute").explain()  # a GPU worker would use it
+    assert "GPU filter:    fp16" in text, text
+    assert "int8" in dj.plan_join(x, eps=0.5, method="brute", gpu_options={"filter": "int8"}).explain()
+    cpu = dj.plan_join(x, eps=0.5, backend="cpu", method="brute").explain()
+    assert "GPU filter" not in cpu

@@ -36,16 +36,25 @@ def choose_partitioning(requested: str, *, fits_one_task: bool, kept_fraction: f
     )
 
 
-#: GPU brute's filter (benchmarks/bench_highd.py --workloads filters): the tensor cores on integer rows
-#: from this dimensionality on, SGEMM on the CUDA cores below it.
-TC_FROM_D = 32
+#: GPU brute's filter (benchmarks/bench_highd.py; results highd-H100-2026-11-25-*.json).  Measured on an
+#: H100 at 128-d (exponential data, 200k rows): fp32 0.52 s, int8 0.27 s, fp16 0.24 s; at 1M rows int8 5.2 s,
+#: fp16 4.4 s (fp16's finer grid passes 1.5 candidates per pair, int8's 3.2).  At 512-d (12k rows) the three
+#: tie.  Below 64-d the tensor cores were not measured, so the fp32 filter (tuned there) stays.
+TC_FROM_D = 64
+#: fp16's integer grid is at least twice as fine as int8's up to this d (2048 levels down to 254); beyond,
+#: int8 has as fine a grid at twice the tensor-core rate
+FP16_TO_D = 260
 
 
 def choose_filter(requested: str, d: int) -> tuple[str, str]:
-    """The GPU brute-force filter: ``int8`` tensor cores from ``TC_FROM_D`` dimensions, ``fp32`` below."""
+    """The GPU brute-force filter: ``fp16`` tensor cores from ``TC_FROM_D`` to ``FP16_TO_D`` dimensions,
+    ``int8`` beyond, the ``fp32`` CUDA-core filter below."""
     if requested != "auto":
         return requested, "requested"
-    if d >= TC_FROM_D:
-        return "int8", (f"d={d} >= {TC_FROM_D}: int8 tensor cores on rows quantised to a 255-level grid "
-                        "(exact integer products; float64 decides)")
-    return "fp32", f"d={d} < {TC_FROM_D}: float32 products on the CUDA cores (the grid's tiles are short)"
+    if d < TC_FROM_D:
+        return "fp32", f"d={d} < {TC_FROM_D}: float32 products on the CUDA cores (tensor cores not measured faster here)"
+    if d <= FP16_TO_D:
+        return "fp16", (f"{TC_FROM_D} <= d={d} <= {FP16_TO_D}: fp16 tensor cores on rows quantised to integers "
+                        "(exact products, a grid finer than int8's; float64 decides)")
+    return "int8", (f"d={d} > {FP16_TO_D}: int8 tensor cores on rows quantised to a 255-level grid "
+                    "(exact products, twice fp16's rate at as fine a grid; float64 decides)")
