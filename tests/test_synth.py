@@ -12,11 +12,12 @@ from daskjoin.io.synth import (
     eps_for_neighbours,
     generate,
     n_centers,
+    n_topics,
     synth,
 )
 from daskjoin.validation import InputError
 
-KINDS = ["uniform", "expo", "clusters"]
+KINDS = ["uniform", "expo", "clusters", "embeddings"]
 
 
 @pytest.fixture
@@ -86,6 +87,22 @@ def test_clusters_distribution():
     assert np.median(dist) < 0.1
     assert dist.max() < 0.5
     assert x.std() > 0.2  # spread over the cube, not a single blob
+
+
+def test_embeddings_look_like_embeddings():
+    """Unit rows in topics of low intrinsic dimension, with near duplicates: a few neighbours at a
+    small radius, far more at the typical within-topic distance, none of it uniform."""
+    n, d = 20_000, 128
+    x = generate("embeddings", n, d, seed=0).astype(np.float64)
+    np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
+    dist = np.sqrt(np.maximum(2 - 2 * x[:400] @ x.T, 0))
+    dist[np.arange(400), np.arange(400)] = np.inf
+    nearest = dist.min(axis=1)
+    assert np.mean(nearest < 0.01) > 0.005  # near duplicates (2% of rows are copies with noise 0.002)
+    k64 = np.sort(dist, axis=1)[:, 63]
+    assert np.median(k64) < 0.6 < np.median(dist)  # topics: 64 neighbours far closer than a typical row
+    svals = np.linalg.svd(x[:2000] - x[:2000].mean(0), compute_uv=False)
+    assert n_topics(n) == 40 and svals[0] > 2 * svals[-1]
 
 
 @pytest.mark.parametrize("n, expected", [(0, 1), (1, 1), (99, 1), (150, 1), (250, 2), (20_000, 200), (10**7, 200)])
