@@ -251,6 +251,10 @@ def test_planner_counts_each_methods_index():
     blocks = {m: len(dj.plan_knn(x, k=4, method=m, backend="cpu", memory_budget="400KB").blocks)
               for m in ("grid", "brute", "szl")}
     assert blocks["szl"] > blocks["brute"] > blocks["grid"], blocks
+    # the GPU szl kernel's per-query scratch (2 x k and 2 x d words of 8 bytes) sizes the query side too
+    assert planning.query_row_bytes("szl", 8, 100) == 16 * 108 and planning.query_row_bytes("grid", 8, 100) == 0
+    tasks = {m: dj.plan_knn(x, k=100, method=m, backend="cpu", memory_budget="2MB").ntasks for m in ("brute", "szl")}
+    assert tasks["szl"] > tasks["brute"], tasks
 
 
 def test_more_dimensions_than_the_margins_cover_refused_before_any_pass(monkeypatch):

@@ -39,6 +39,13 @@ def index_row_bytes(method: str, d: int) -> int:
     if method == "brute" and d >= GEMM_FROM_D:
         return 4 * d + 12
     return 0
+
+
+def query_row_bytes(method: str, d: int, k: int) -> int:
+    """Bytes per query row a method's search adds beside the query, its lists and its output rows: the
+    GPU szl kernel's scratch (a candidate distance and id per neighbour, two d-vectors of Z-order words;
+    ``kernels/knn_gpu.KnnSzlGpu._run``), counted on every backend since the plan may run on either."""
+    return 16 * (k + d) if method == "szl" else 0
 #: ``method="auto"`` (``bench_knn.py --workloads methods``, k = 16; benchmarks/results/knn-methods-*.json): the
 #: grid up to GRID_MAX_D dimensions on both backends; beyond, on CPU workers the Z-lists up to SZL_MAX_D
 #: (2-core VM, 50k clustered rows: 8-d szl 2.3 s, brute 6.8 s; 16-d 6.7 s against 6.9 s; 64-d 44 s against
@@ -96,7 +103,8 @@ class KnnPlan:
     def task_memory(self, part: KnnPartition) -> int:
         block = max((hi - lo for lo, hi in self.blocks), default=0)
         data_row = row_bytes(self.d, 8) + index_row_bytes(self.method, self.d)
-        return part.rows * (row_bytes(self.d, 8) + self.k * (LIST_BYTES + ROW_OUT_BYTES)) + block * data_row
+        per_query = row_bytes(self.d, 8) + self.k * (LIST_BYTES + ROW_OUT_BYTES) + query_row_bytes(self.method, self.d, self.k)
+        return part.rows * per_query + block * data_row
 
     def explain(self) -> str:
         kind = "self-join" if self.selfjoin else "A×B join"
@@ -223,7 +231,8 @@ def make_knn_plan(a: Source, b: Source | None, k: int, *, method: str, backend: 
             block_hi = np.array([hi for _, hi in boxes], np.float64).reshape(-1, data.d)
         notes.append(f"B does not fit one task's budget: {len(blocks)} blocks of up to {block_rows:,} rows")
     # query rows: their lists and output in the other half
-    query_rows = max(1, int(memory_budget // 2 // (per_row + k * (LIST_BYTES + ROW_OUT_BYTES))))
+    per_query = per_row + k * (LIST_BYTES + ROW_OUT_BYTES) + query_row_bytes(chosen, a.d, k)
+    query_rows = max(1, int(memory_budget // 2 // per_query))
     ntasks = max(-(-a.n // query_rows), min(int(parallelism), -(-a.n // 1024)), 1)
     bounds = np.linspace(0, a.n, ntasks + 1).astype(np.int64)
     parts = tuple(KnnPartition(t, (int(bounds[t]), int(bounds[t + 1])), float((bounds[t + 1] - bounds[t]) * k))
