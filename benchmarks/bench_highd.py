@@ -34,6 +34,8 @@ import numpy as np
 
 from daskjoin.io.synth import generate
 
+from bench_gpu import timed as synced  # best of `repeat`, the device synchronised around each run
+
 WORKLOADS = {  # name: (generator, n, d, eps or None for ~64 neighbours)
     "expo": ("expo", 1_000_000, 128, 0.296),
     "uniform": ("uniform", 1_000_000, 128, None),
@@ -45,19 +47,6 @@ WORKLOADS = {  # name: (generator, n, d, eps or None for ~64 neighbours)
 #: dense tensor-core peaks of one H100/H200 SXM (NVIDIA's data sheet), multiply-adds counted as 2 ops
 PEAK_TOPS = {"int8": 1979.0, "fp16": 989.0, "fp32": 67.0}
 SAMPLE = 2000
-
-
-def synced(func, repeat=1):
-    import cupy as cp
-
-    best, out = np.inf, None
-    for _ in range(repeat):
-        cp.cuda.Device().synchronize()
-        start = time.perf_counter()
-        out = func()
-        cp.cuda.Device().synchronize()
-        best = min(best, time.perf_counter() - start)
-    return best, out
 
 
 def eps_for_k(x, k=64, sample=SAMPLE, seed=0):
@@ -208,7 +197,7 @@ def bench(name, args):
         return row
     default = args.filters[1] if len(args.filters) > 1 and args.filters[0] == "fp32" else args.filters[0]
     kern = get_kernel("brute", "gpu", filter=default)
-    s, got = synced(lambda: sum(len(b[0]) for b in kern.self_batches(x, eps, 1 << 22)))
+    s, got = synced(lambda: sum(len(b[0]) for b in kern.self_batches(x, eps, 1 << 22)), 1)
     assert got == row["pairs"], (got, row["pairs"])
     row["pairs_to_host_s"] = s
     row["pairs_to_host_filter"] = default
@@ -222,7 +211,7 @@ def bench(name, args):
         exact = exact_query_pairs(x, eps, SAMPLE)
         for label, dtype in (("fp32", torch.float32), ("fp16", torch.float16)):
             if n <= args.torch_max_n:
-                s, c = synced(lambda: torch_pairs(x, eps, dtype))
+                s, c = synced(lambda: torch_pairs(x, eps, dtype), 1)
                 row[f"torch_{label}_s"], row[f"torch_{label}_pairs"] = s, c
             got = torch_pairs(x, eps, dtype, queries=SAMPLE)
             row[f"torch_{label}_missed_of_{SAMPLE}_rows"] = len(exact - got)
