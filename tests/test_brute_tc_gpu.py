@@ -120,8 +120,13 @@ def test_tensor_core_batches_cut_by_tile_pair_counts(fmt):
 
 
 def test_tensor_core_filter_falls_back_where_the_grid_cannot_hold_the_spread():
-    """Spreads beyond the grid's range take the fp32 filter, with the same exact result."""
-    from daskjoin.kernels.brute_gpu import GpuBruteJoin
+    """Spreads beyond the grid's range take the fp32 filter, with the same exact result; so does "auto"
+    with a tile size of the fp32 filter; this device's fp16 products pass the once-per-device check."""
+    from daskjoin.kernels.brute_gpu import GpuBruteJoin, fp16_products_exact
+
+    assert fp16_products_exact()
+    assert GpuBruteJoin(np.random.default_rng(5).random((300, 128)), None, 0.1, tile=256).filter == "fp32"
+    assert GpuBruteJoin(np.random.default_rng(5).random((300, 128)), None, 0.1).filter == "fp16"
 
     x = np.random.default_rng(3).random((500, 40)) * 1e-305
     join = GpuBruteJoin(x, None, 3e-306, filter="int8")

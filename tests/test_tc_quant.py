@@ -129,6 +129,19 @@ def test_grid_products_stay_exact(fmt, d):
     assert np.array_equal(stored.astype(np.float64), levels)
 
 
+@pytest.mark.parametrize("fmt", sorted(tc_quant.FORMATS))
+def test_eps_whose_square_overflows_keeps_every_pair(fmt):
+    """eps^2 = inf: the float64 rule accepts every pair whose sum overflows too (found by review: rows
+    +-1e300 apart, eps = 1e200, were dropped)."""
+    x = np.zeros((4, 64))
+    x[0, 0], x[1, 0], x[2, 0] = 1e300, -1e300, 1e299
+    with np.errstate(over="ignore"):  # the squares overflow: that is the case
+        keep, truth = _filter_keeps(x, x, 1e200, fmt)
+        assert truth[0, 1] and keep[0, 1]
+        _assert_no_true_pair_lost(x, x, 1e200, fmt)
+    assert tc_quant.reach0(1e200, 1.0, 64) == np.inf
+
+
 def test_no_grid_beyond_the_margins_dimensionality():
     assert tc_quant.levels("int8", tc_quant.MAX_D) >= 1
     assert tc_quant.levels("int8", tc_quant.MAX_D + 1) == 0 and tc_quant.scale(1.0, 0) is None
@@ -148,6 +161,7 @@ def test_choose_filter_follows_dimensionality():
     assert choose_filter("auto", FP16_TO_D)[0] == "fp16"
     assert choose_filter("auto", FP16_TO_D + 1)[0] == "int8"
     assert choose_filter("fp16", 3) == ("fp16", "requested")
+    assert choose_filter("auto", 128, tile=256)[0] == "fp32" and choose_filter("auto", 128, tile=128)[0] == "fp16"
     # fp16's grid is at least twice as fine as int8's exactly up to FP16_TO_D
     assert tc_quant.levels("fp16", FP16_TO_D) >= 2 * tc_quant.levels("int8", FP16_TO_D)
     assert tc_quant.levels("fp16", FP16_TO_D + 1) < 2 * tc_quant.levels("int8", FP16_TO_D + 1)
@@ -160,5 +174,6 @@ def test_plan_explains_the_gpu_filter():
     text = dj.plan_join(x, eps=0.5, backend="auto", method="brute").explain()  # a GPU worker would use it
     assert "GPU filter:    fp16" in text, text
     assert "int8" in dj.plan_join(x, eps=0.5, method="brute", gpu_options={"filter": "int8"}).explain()
+    assert "GPU filter:    fp32" in dj.plan_join(x, eps=0.5, method="brute", gpu_options={"tile": 256}).explain()
     cpu = dj.plan_join(x, eps=0.5, backend="cpu", method="brute").explain()
     assert "GPU filter" not in cpu

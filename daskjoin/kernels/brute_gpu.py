@@ -26,6 +26,7 @@ the n^2 products, on structureless data it costs one cheap pass.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -104,20 +105,58 @@ class _Side:
         self.norm = cp.sqrt((shifted.astype(cp.float64) ** 2).sum(axis=1)) + NORM_FLOOR if self.n else cp.zeros(0)
 
 
-def _spread(x, centre) -> float:
-    """max |x_k - c_k| over the rows of x, each difference as the quantiser computes it."""
-    return float(cupy().abs(x - centre).max()) if x.size else 0.0
-
-
-def _tc_rows(side: _Side, centre, S: float, L: int, fmt: str, tile: int):
-    """The side's rows on the integer grid, zero padded to whole tiles and k-steps, as bytes; with
-    their exact squared norms and residual bounds (``tc_quant.quantise``)."""
+@functools.lru_cache(maxsize=None)
+def _fp16_exact_on(device: int) -> bool:
+    """Whether this device's fp16 ``mma`` gives exact integer products on the fp16 grid (checked once per
+    device against int64: the grid's ends, alternating signs, large terms beside +-1, at the largest
+    level count, at 128-d and at 2048-d).  The fp16 filter's proof assumes a 24-bit fp32 accumulator; int8 needs
+    no such assumption."""
     cp = cupy()
-    q, qn2, u = tc_quant.quantise(side.points - centre, S, L, cp)
-    dp = tc_quant.padded_dims(fmt, side.points.shape[1])
+    rng = np.random.default_rng(0)
+    ok = True
+    for d in (4, 128, 2048):
+        L = tc_quant.levels("fp16", d)
+        q = np.where(rng.random((128, d)) < 0.5, L, -L)
+        q[::3, 1::2] = rng.integers(-1, 2, (len(q[::3]), d // 2))
+        r = rng.integers(-L, L + 1, (128, d))
+        dp = tc_quant.padded_dims("fp16", d)
+        rows = []
+        for m in (q, r):
+            host = np.zeros((128, dp), np.float16)
+            host[:, :d] = m
+            rows.append(cp.asarray(host).view(cp.uint8))
+        out = cp.zeros((1, 128, 128), cp.float64)
+        zero = cp.zeros(1, cp.int64)
+        kernel("brute_tc.cu", "tc_products_f16")((1,), (BLOCK,), (rows[0], rows[1], np.int32(rows[0].shape[1]),
+                                                                   zero, zero, out))
+        ok &= bool(np.array_equal(out[0].get(), (q.astype(np.int64) @ r.astype(np.int64).T).astype(np.float64)))
+    return ok
+
+
+def fp16_products_exact() -> bool:
+    return _fp16_exact_on(cupy().cuda.runtime.getDevice())
+
+
+def _tc_rows(side: _Side, centre, S: float, L: int, fmt: str, tile: int, step: int = 1 << 16):
+    """The side's rows on the integer grid, zero padded to whole tiles and k-steps, as bytes; with
+    their exact squared norms and residual bounds (``tc_quant.quantise``), ``step`` rows at a time (the
+    quantiser's float64 temporaries stay a few row blocks, not copies of the side)."""
+    cp = cupy()
+    d = side.points.shape[1]
+    dp = tc_quant.padded_dims(fmt, d)
     rows = cp.zeros((side.ntiles * tile, dp), cp.int8 if fmt == "int8" else cp.float16)
-    rows[:side.n, :q.shape[1]] = q  # integers of at most 12 bits: exact in either format
+    qn2, u = cp.empty(side.n), cp.empty(side.n)
+    for r0 in range(0, side.n, step):
+        r1 = min(side.n, r0 + step)
+        q, qn2[r0:r1], u[r0:r1] = tc_quant.quantise(side.points[r0:r1] - centre, S, L, cp)
+        rows[r0:r1, :d] = q  # integers of at most 12 bits: exact in either format
     return rows.view(cp.uint8), int(dp * rows.itemsize), qn2, u
+
+
+def _spread(x, centre, step: int = 1 << 16) -> float:
+    """max |x_k - c_k| over the rows of x, each difference as the quantiser computes it."""
+    cp = cupy()
+    return max((float(cp.abs(x[r0:r0 + step] - centre).max()) for r0 in range(0, x.shape[0], step)), default=0.0)
 
 
 class GpuBruteJoin:
@@ -151,7 +190,9 @@ class GpuBruteJoin:
         self.d = int(a.shape[1])
         lo, hi = device_bounds(a, b)
         centre = cp.asarray((lo + hi) / 2)
-        self.filter = choose_filter(filter, self.d)[0]
+        self.filter = choose_filter(filter, self.d, tile)[0]
+        if self.filter == "fp16" and not fp16_products_exact():
+            self.filter = "int8"  # this device's fp16 accumulation drops integer bits: int8 is exact by definition
         self.S = None
         if self.filter != "fp32":
             # the grid's step from the spread about the centre: R bounds every |x_k - c_k| as computed

@@ -72,9 +72,13 @@ def reach0(eps: float, S: float, d: int) -> float:
     """An upper bound on D / S for any pair the float64 rule accepts, D its exact distance.
 
     ``s <= fl(eps^2)`` bounds D by eps (1 + 1e-9) while nothing underflows; each square or sum that
-    underflows loses at most 2^-1075 absolute, so in all D <= eps (1 + 1e-9) + sqrt(d + 1) 2^-537
-    (rows 1e-200 apart have s = 0: every pair of them is in the result).
+    underflows loses at most 2^-1075 absolute, so in all D <= eps (1 + 1e-9) + sqrt(d + 1) 2^-537,
+    bounded here by the larger sqrt(2 (d + 1)) 2^-536 (rows 1e-200 apart have s = 0: every pair of
+    them is in the result).  Where eps^2 overflows, every pair whose sum overflows is in the result
+    too (inf <= inf): no bound, inf (the filter then keeps every pair).
     """
+    if not math.isfinite(float(eps) * float(eps)):
+        return math.inf
     return (float(eps) * (1.0 + 1e-9) + math.sqrt(2.0 * (d + 1)) * 2.0 ** -536) / S * (1.0 + 1e-9)
 
 

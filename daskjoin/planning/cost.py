@@ -46,11 +46,14 @@ TC_FROM_D = 64
 FP16_TO_D = 260
 
 
-def choose_filter(requested: str, d: int) -> tuple[str, str]:
+def choose_filter(requested: str, d: int, tile: int | None = None) -> tuple[str, str]:
     """The GPU brute-force filter: ``fp16`` tensor cores from ``TC_FROM_D`` to ``FP16_TO_D`` dimensions,
-    ``int8`` beyond, the ``fp32`` CUDA-core filter below."""
+    ``int8`` beyond, the ``fp32`` CUDA-core filter below or where a ``tile`` other than the tensor-core
+    filters' 128 rows is asked for."""
     if requested != "auto":
         return requested, "requested"
+    if tile is not None and int(tile) != 128:
+        return "fp32", f"tile={tile} requested: tiles of that size are the fp32 filter's (the tensor cores take 128)"
     if d < TC_FROM_D:
         return "fp32", f"d={d} < {TC_FROM_D}: float32 products on the CUDA cores (tensor cores not measured faster here)"
     if d <= FP16_TO_D:

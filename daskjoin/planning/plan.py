@@ -110,7 +110,8 @@ class Plan:
         if self.method == "brute" and self.backend != "cpu":
             from .cost import choose_filter
 
-            chosen, why = choose_filter(dict(self.gpu_options).get("filter", "auto"), self.a.d)
+            options = dict(self.gpu_options)
+            chosen, why = choose_filter(options.get("filter", "auto"), self.a.d, options.get("tile"))
             lines.append(f"  GPU filter:    {chosen} - {why}")
         lines += [f"  data pass:     {step.describe()}" for step in self.steps]
         lines += [f"  note:          {note}" for note in self.notes]
