@@ -162,6 +162,11 @@ def test_choose_filter_follows_dimensionality():
     assert choose_filter("auto", FP16_TO_D + 1)[0] == "int8"
     assert choose_filter("fp16", 3) == ("fp16", "requested")
     assert choose_filter("auto", 128, tile=256)[0] == "fp32" and choose_filter("auto", 128, tile=128)[0] == "fp16"
+    # the driver's own rule (kernels may not import planning) makes the same choices
+    assert (tc_quant.TC_FROM_D, tc_quant.FP16_TO_D) == (TC_FROM_D, FP16_TO_D)
+    for d in (1, 63, 64, 128, 260, 261, 960, 10_000):
+        for tile in (None, 128, 256):
+            assert tc_quant.auto_filter(d, tile) == choose_filter("auto", d, tile)[0], (d, tile)
     # fp16's grid is at least twice as fine as int8's exactly up to FP16_TO_D
     assert tc_quant.levels("fp16", FP16_TO_D) >= 2 * tc_quant.levels("int8", FP16_TO_D)
     assert tc_quant.levels("fp16", FP16_TO_D + 1) < 2 * tc_quant.levels("int8", FP16_TO_D + 1)

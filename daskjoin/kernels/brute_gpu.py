@@ -164,7 +164,7 @@ class GpuBruteJoin:
 
     ``filter``: "fp32" (SGEMM on the CUDA cores, tiles of ``tile`` rows), "int8" or "fp16" (the
     tensor cores on rows quantised to integers, ``tc_quant``; tiles of 128 rows), or "auto"
-    (``planning.cost.choose_filter``).  Every filter gives the same pairs: each is only a proven filter
+    (``tc_quant.auto_filter``; ``planning.cost.choose_filter`` says why).  Every filter gives the same pairs: each is only a proven filter
     before the float64 decision.
     """
 
@@ -172,8 +172,6 @@ class GpuBruteJoin:
     # straddle two clusters, so their boxes stay tight and most tile pairs are pruned.
     def __init__(self, a, b, eps: float, *, tile: int | None = None, batch_bytes: int | None = None,
                  filter: str = "auto"):
-        from ..planning.cost import choose_filter
-
         if os.environ.get("CUPY_TF32", "0") not in ("", "0"):
             raise RuntimeError("CUPY_TF32 is set: TF32 products break the brute kernel's error bound; unset it")
         if filter not in FILTERS:
@@ -190,7 +188,7 @@ class GpuBruteJoin:
         self.d = int(a.shape[1])
         lo, hi = device_bounds(a, b)
         centre = cp.asarray((lo + hi) / 2)
-        self.filter = choose_filter(filter, self.d, tile)[0]
+        self.filter = tc_quant.auto_filter(self.d, tile) if filter == "auto" else filter
         if self.filter == "fp16" and not fp16_products_exact():
             self.filter = "int8"  # this device's fp16 accumulation drops integer bits: int8 is exact by definition
         self.S = None

@@ -44,6 +44,16 @@ ROW_ALIGN = 32  # bytes: one k-step of the mma instructions
 
 #: the 1e-9 margins of the residual and of reach0 hold for (d + 3) 2^-53 < 1e-9: far above this
 MAX_D = 1_000_000
+#: ``filter="auto"`` of GPU brute (why: planning/cost.py, which mirrors these and gives the reasons)
+TC_FROM_D = 64
+FP16_TO_D = 260
+
+
+def auto_filter(d: int, tile: int | None = None) -> str:
+    """fp32 below ``TC_FROM_D`` dimensions or for a tile size other than 128, fp16 up to ``FP16_TO_D``, int8 beyond."""
+    if d < TC_FROM_D or (tile is not None and int(tile) != 128):
+        return "fp32"
+    return "fp16" if d <= FP16_TO_D else "int8"
 
 
 def levels(fmt: str, d: int) -> int:

@@ -40,6 +40,8 @@ def choose_partitioning(requested: str, *, fits_one_task: bool, kept_fraction: f
 #: H100 at 128-d (exponential data, 200k rows): fp32 0.52 s, int8 0.27 s, fp16 0.24 s; at 1M rows int8 5.2 s,
 #: fp16 4.4 s (fp16's finer grid passes 1.5 candidates per pair, int8's 3.2).  At 512-d (12k rows) the three
 #: tie.  Below 64-d the tensor cores were not measured, so the fp32 filter (tuned there) stays.
+#: (Mirrored by kernels/tc_quant.auto_filter, which the driver runs: planning never imports kernels;
+#: tests/test_tc_quant.py ties the two.)
 TC_FROM_D = 64
 #: fp16's integer grid is at least twice as fine as int8's up to this d (2048 levels down to 254); beyond,
 #: int8 has as fine a grid at twice the tensor-core rate
