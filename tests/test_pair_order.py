@@ -87,6 +87,35 @@ def test_sort_pairs_matches_lexsort(keys, with_value, dtype):
         assert np.array_equal(ov, v[order]) and ov.dtype == dtype
 
 
+@pytest.mark.parametrize("value_dtype", [None, np.float32, np.int32, np.uint32])
+@pytest.mark.parametrize("j_span", [1, 1000, (1 << 31) - 1, 1 << 31])
+def test_sort_pairs_packed_words_keep_values_bit_for_bit(value_dtype, j_span):
+    """Pairs moved as one (j, value) word where j spans < 2^31 (else the two-array path): every value's
+    bits come back (-0.0, NaN payloads, subnormals, negative ints), negative j, runs long and short."""
+    from daskjoin.kernels.pair_sort import sort_pairs
+
+    rng = np.random.default_rng(j_span)
+    n = 3000
+    i = rng.integers(-3, 40, n)
+    i[:200] = 7  # one run longer than the insertion sort takes
+    j = rng.integers(0, j_span + 1, n) - 5
+    j[:2] = [-5, j_span - 5]  # the span's ends
+    keep = np.unique(np.stack([i, j], 1), axis=0, return_index=True)[1]
+    i, j = i[np.sort(keep)], j[np.sort(keep)]
+    value = None
+    if value_dtype is not None:
+        bits = rng.integers(0, 1 << 32, len(i), dtype=np.uint64).astype(np.uint32)
+        bits[:4] = [0x80000000, 0x7FC00001, 0x00000001, 0xFFFFFFFF]  # -0.0, a NaN payload, a subnormal, -1 / NaN
+        value = bits.view(value_dtype)
+    oi, oj, ov = sort_pairs(i, j, value)
+    order = np.lexsort((j, i))
+    assert np.array_equal(oi, i[order]) and np.array_equal(oj, j[order])
+    if value_dtype is None:
+        assert ov is None
+    else:
+        assert ov.dtype == value_dtype and np.array_equal(ov.view(np.uint32), value.view(np.uint32)[order])
+
+
 def test_spilled_runs_are_removed(tmp_path):
     rng = np.random.default_rng(0)
     keys = rng.choice(10**6, 5000, replace=False)
