@@ -23,7 +23,7 @@ def _products(fmt, qa, qb):
     """The kernel's tile products of one pair of 128-row tiles of integer rows qa, qb (128 x d each)."""
     import cupy as cp
 
-    from daskjoin.kernels.gpu_common import kernel
+    from daskjoin.kernels.brute_gpu import TC_SMEM_BYTES, tc_kernel
 
     d = qa.shape[1]
     dp = tc_quant.padded_dims(fmt, d)
@@ -35,8 +35,8 @@ def _products(fmt, qa, qb):
         rows.append(r.view(cp.uint8))
     out = cp.zeros((1, 128, 128), cp.float64)
     zero = cp.zeros(1, cp.int64)
-    kernel("brute_tc.cu", f"tc_products_{'i8' if fmt == 'int8' else 'f16'}")(
-        (1,), (256,), (rows[0], rows[1], np.int32(rows[0].shape[1]), zero, zero, out))
+    tc_kernel(f"tc_products_{'i8' if fmt == 'int8' else 'f16'}")(
+        (1,), (256,), (rows[0], rows[1], np.int32(rows[0].shape[1]), zero, zero, out), shared_mem=TC_SMEM_BYTES)
     return out[0].get()
 
 

@@ -182,3 +182,20 @@ def test_plan_explains_the_gpu_filter():
     assert "GPU filter:    fp32" in dj.plan_join(x, eps=0.5, method="brute", gpu_options={"tile": 256}).explain()
     cpu = dj.plan_join(x, eps=0.5, backend="cpu", method="brute").explain()
     assert "GPU filter" not in cpu
+
+
+def test_launch_constants_match_the_cuda_source():
+    """brute_gpu's shared-memory size and tile pairs per block are those cuda/brute_tc.cu is written for."""
+    import re
+    from pathlib import Path
+
+    from daskjoin.kernels import brute_gpu
+
+    source = (Path(brute_gpu.__file__).parent / "cuda" / "brute_tc.cu").read_text()
+    define = {k: v for k, v in re.findall(r"^#define (\w+) (.+)$", source, re.M)}
+    value = {}
+    for name in ("TILE", "LDS", "STAGE_BYTES", "TC_SMEM", "PAIRS_PER_BLOCK", "THREADS"):
+        value[name] = eval(define[name], {}, dict(value))  # each refers only to those before it
+    assert value["TC_SMEM"] == brute_gpu.TC_SMEM_BYTES
+    assert value["PAIRS_PER_BLOCK"] == brute_gpu.TC_PAIRS_PER_BLOCK
+    assert value["THREADS"] == brute_gpu.BLOCK and value["TILE"] == 128  # tc_quant.auto_filter: tile 128

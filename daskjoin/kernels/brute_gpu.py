@@ -127,10 +127,26 @@ def _fp16_exact_on(device: int) -> bool:
             rows.append(cp.asarray(host).view(cp.uint8))
         out = cp.zeros((1, 128, 128), cp.float64)
         zero = cp.zeros(1, cp.int64)
-        kernel("brute_tc.cu", "tc_products_f16")((1,), (BLOCK,), (rows[0], rows[1], np.int32(rows[0].shape[1]),
-                                                                   zero, zero, out))
+        tc_kernel("tc_products_f16")((1,), (BLOCK,), (rows[0], rows[1], np.int32(rows[0].shape[1]), zero, zero, out),
+                                     shared_mem=TC_SMEM_BYTES)
         ok &= bool(np.array_equal(out[0].get(), (q.astype(np.int64) @ r.astype(np.int64).T).astype(np.float64)))
     return ok
+
+
+#: dynamic shared memory of a tensor-core tile kernel: two stages of two 128-row tiles of 144-byte rows
+#: (cuda/brute_tc.cu: TC_SMEM = 2 * 2 * TILE * LDS; a test ties them)
+TC_SMEM_BYTES = 2 * 2 * 128 * 144
+#: tile pairs filtered one after another by one block (cuda/brute_tc.cu: PAIRS_PER_BLOCK)
+TC_PAIRS_PER_BLOCK = 16
+
+
+def tc_kernel(function: str):
+    """A kernel of cuda/brute_tc.cu, allowed the ``TC_SMEM_BYTES`` of dynamic shared memory it is launched with
+    (past the 48 KiB a kernel gets without asking)."""
+    k = kernel("brute_tc.cu", function)
+    if k.max_dynamic_shared_size_bytes < TC_SMEM_BYTES:
+        k.max_dynamic_shared_size_bytes = TC_SMEM_BYTES
+    return k
 
 
 def fp16_products_exact() -> bool:
@@ -298,7 +314,7 @@ class GpuBruteJoin:
         xb = self.B.tc[0]
         (qa, ra), (qb, rb) = self.bounds_a, self.bounds_b
         per_pair = pair_counts is not None
-        product = kernel("brute_tc.cu", f"brute_tc_{'i8' if self.filter == 'int8' else 'f16'}")
+        product = tc_kernel(f"brute_tc_{'i8' if self.filter == 'int8' else 'f16'}")
         decide = kernel("brute_tc.cu", f"brute_tc_exact_{'f32' if self.A.points.dtype == np.float32 else 'f64'}")
         ranges = [(0, int(P.shape[0]), 0)]  # (first, end, room needed: 0 when not yet known)
         while ranges:
@@ -307,11 +323,11 @@ class GpuBruteJoin:
             listed = cp.zeros(1, cp.uint64)
             cand = cp.empty((room, 2), cp.int32)
             cand_pair = cp.empty(room, cp.int32) if per_pair else None
-            product((hi - lo,), (BLOCK,), (
-                xa, xb, np.int32(rowbytes), P[lo:hi], Q[lo:hi], np.int64(self.A.n), np.int64(self.B.n),
+            product((-(-(hi - lo) // TC_PAIRS_PER_BLOCK),), (BLOCK,), (
+                xa, xb, np.int32(rowbytes), P[lo:hi], Q[lo:hi], np.int64(hi - lo), np.int64(self.A.n), np.int64(self.B.n),
                 qa, qb, ra, rb, np.int32(self.selfjoin), np.int32(lo), listed, np.int64(room), cand,
                 cand_pair if per_pair else np.uint64(0),
-            ))
+            ), shared_mem=TC_SMEM_BYTES)
             count = int(listed.get()[0])
             if count > room:  # rerun with room for all, or in halves past the cap
                 del cand, cand_pair

@@ -26,6 +26,11 @@ typedef unsigned int u32;
 #define THREADS 256
 #define KB 128
 #define LDS 144
+#define STAGE_BYTES (2 * TILE * LDS)
+// dynamic shared memory of a tile-product kernel: two stages (brute_gpu.TC_SMEM_BYTES mirrors it)
+#define TC_SMEM (2 * STAGE_BYTES)
+// tile pairs per block of the filter (brute_gpu.TC_PAIRS_PER_BLOCK mirrors it)
+#define PAIRS_PER_BLOCK 16
 
 __device__ __forceinline__ void mma_tile(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
@@ -39,53 +44,97 @@ __device__ __forceinline__ void mma_tile(int (&c)[4], const u32 (&a)[4], const u
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// acc[mi][ni][e]: row wr + 16 mi + g + 8 (e >> 1), column wc + 8 ni + 2 t + (e & 1) of the tile product.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Bytes k0 .. k0 + KB of the rows of tiles tp (of X) and tq (of Y) into stage s (A rows, then B rows),
+// by asynchronous copies (no registers, all in flight at once), committed as one group.
+__device__ __forceinline__ void stage_chunk(unsigned char* s, const unsigned char* __restrict__ X,
+                                            const unsigned char* __restrict__ Y, int rowbytes, i64 tp, i64 tq, int k0) {
+    const unsigned char* xa = X + tp * TILE * (i64)rowbytes + k0;
+    const unsigned char* yb = Y + tq * TILE * (i64)rowbytes + k0;
+    const int vecs = min(KB, rowbytes - k0) >> 4;  // rowbytes: a multiple of 32
+    for (int v = threadIdx.x; v < TILE * vecs; v += THREADS) {
+        const int r = v / vecs, c = v - r * vecs;
+        cp_async16(s + r * LDS + c * 16, xa + r * (i64)rowbytes + c * 16);
+        cp_async16(s + (TILE + r) * LDS + c * 16, yb + r * (i64)rowbytes + c * 16);
+    }
+    cp_async_commit();
+}
+
+// acc[mi][ni][e] += the products of one staged chunk of w bytes: row wr + 16 mi + g + 8 (e >> 1),
+// column wc + 8 ni + 2 t + (e & 1) of the tile product.
 template <typename Acc>
-__device__ __forceinline__ void tile_product(const unsigned char* __restrict__ X, const unsigned char* __restrict__ Y,
-                                             int rowbytes, i64 tp, i64 tq, Acc (&acc)[2][8][4]) {
-    __shared__ __align__(16) unsigned char sA[TILE * LDS];
-    __shared__ __align__(16) unsigned char sB[TILE * LDS];
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+__device__ __forceinline__ void chunk_product(const unsigned char* s, int w, Acc (&acc)[2][8][4]) {
+    const unsigned char* sA = s;
+    const unsigned char* sB = s + TILE * LDS;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int wr = (warp >> 1) * 32, wc = (warp & 1) * 64;
+    for (int kk = 0; kk < w; kk += 32) {
+        u32 a[2][4], b[8][2];
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
+        for (int mi = 0; mi < 2; ++mi) {
+            const unsigned char* p = sA + (wr + mi * 16 + g) * LDS + kk + t * 4;
+            a[mi][0] = *(const u32*)p;
+            a[mi][1] = *(const u32*)(p + 8 * LDS);
+            a[mi][2] = *(const u32*)(p + 16);
+            a[mi][3] = *(const u32*)(p + 8 * LDS + 16);
+        }
 #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 8; ++ni) {
+            const unsigned char* p = sB + (wc + ni * 8 + g) * LDS + kk + t * 4;
+            b[ni][0] = *(const u32*)p;
+            b[ni][1] = *(const u32*)(p + 16);
+        }
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0;
-    const unsigned char* xa = X + tp * TILE * (i64)rowbytes;
-    const unsigned char* yb = Y + tq * TILE * (i64)rowbytes;
-    for (int k0 = 0; k0 < rowbytes; k0 += KB) {
-        const int w = min(KB, rowbytes - k0);  // a multiple of 32
-        const int vecs = w >> 4;
-        for (int v = tid; v < TILE * vecs; v += THREADS) {
-            const int r = v / vecs, c = v - r * vecs;
-            *(uint4*)(sA + r * LDS + c * 16) = *(const uint4*)(xa + r * (i64)rowbytes + k0 + c * 16);
-            *(uint4*)(sB + r * LDS + c * 16) = *(const uint4*)(yb + r * (i64)rowbytes + k0 + c * 16);
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < 8; ++ni) mma_tile(acc[mi][ni], a[mi], b[ni]);
+    }
+}
+
+// The tile products of pairs first .. end - 1 of (P, Q), one after another, each handed to
+// visit(k, acc).  Chunks of KB bytes are staged two deep in dynamic shared memory (TC_SMEM bytes):
+// the copies of the next chunk (of this pair, or of the next pair) are in flight while this
+// chunk's products and the last pair's visit run, so a block never waits on a whole tile's load
+// as it did with one tile pair per block (which spent most of its time there).
+template <typename Acc, typename Visit>
+__device__ __forceinline__ void tile_products(const unsigned char* __restrict__ X, const unsigned char* __restrict__ Y,
+                                              int rowbytes, const i64* __restrict__ P, const i64* __restrict__ Q,
+                                              i64 first, i64 end, Visit& visit) {
+    extern __shared__ __align__(16) unsigned char stages[];
+    const int nk = (rowbytes + KB - 1) / KB;
+    const i64 items = (end - first) * nk;
+    if (items <= 0) return;
+    Acc acc[2][8][4];
+    stage_chunk(stages, X, Y, rowbytes, P[first], Q[first], 0);
+    for (i64 it = 0; it < items; ++it) {
+        const i64 k = first + it / nk;
+        const int kc = (int)(it % nk);
+        if (it + 1 < items) {
+            const i64 k1 = first + (it + 1) / nk;
+            stage_chunk(stages + ((it + 1) & 1) * STAGE_BYTES, X, Y, rowbytes, P[k1], Q[k1], (int)((it + 1) % nk) * KB);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
         }
         __syncthreads();
-        for (int kk = 0; kk < w; kk += 32) {
-            u32 a[2][4], b[8][2];
-#pragma unroll
-            for (int mi = 0; mi < 2; ++mi) {
-                const unsigned char* p = sA + (wr + mi * 16 + g) * LDS + kk + t * 4;
-                a[mi][0] = *(const u32*)p;
-                a[mi][1] = *(const u32*)(p + 8 * LDS);
-                a[mi][2] = *(const u32*)(p + 16);
-                a[mi][3] = *(const u32*)(p + 8 * LDS + 16);
-            }
-#pragma unroll
-            for (int ni = 0; ni < 8; ++ni) {
-                const unsigned char* p = sB + (wc + ni * 8 + g) * LDS + kk + t * 4;
-                b[ni][0] = *(const u32*)p;
-                b[ni][1] = *(const u32*)(p + 16);
-            }
+        if (kc == 0) {
 #pragma unroll
             for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-                for (int ni = 0; ni < 8; ++ni) mma_tile(acc[mi][ni], a[mi], b[ni]);
+                for (int ni = 0; ni < 8; ++ni)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0;
         }
-        __syncthreads();
+        chunk_product(stages + (it & 1) * STAGE_BYTES, min(KB, rowbytes - kc * KB), acc);
+        if (kc == nk - 1) visit(k, acc);
+        __syncthreads();  // every warp is done with this stage before the next iteration refills it
     }
 }
 
@@ -104,16 +153,22 @@ __device__ __forceinline__ float low_d2(float qa, float qb, float g) {
 // range with room for all.  The float64 decisions run in a second kernel (brute_tc_exact_*), at full
 // occupancy, where this one holds 64 accumulators per thread.
 template <typename Acc>
-__device__ __forceinline__ void filter_tiles(
-    const unsigned char* __restrict__ X, const unsigned char* __restrict__ Y, int rowbytes,
-    const i64* __restrict__ P, const i64* __restrict__ Q, i64 n, i64 m,
-    const float* __restrict__ qa, const float* __restrict__ qb,
-    const float* __restrict__ ra, const float* __restrict__ rb, int selfjoin, int pair_base,
-    unsigned long long* __restrict__ cand_counter, i64 capacity, int2* __restrict__ cand, int* __restrict__ cand_pair) {
-    const i64 pair = blockIdx.x;
+struct Filter {
+    const i64* __restrict__ P;
+    const i64* __restrict__ Q;
+    i64 n, m;
+    const float* __restrict__ qa;
+    const float* __restrict__ qb;
+    const float* __restrict__ ra;
+    const float* __restrict__ rb;
+    int selfjoin, pair_base;
+    unsigned long long* __restrict__ cand_counter;
+    i64 capacity;
+    int2* __restrict__ cand;
+    int* __restrict__ cand_pair;
+
+    __device__ __forceinline__ void operator()(i64 pair, Acc (&acc)[2][8][4]) {
     const i64 tp = P[pair], tq = Q[pair];
-    Acc acc[2][8][4];
-    tile_product(X, Y, rowbytes, tp, tq, acc);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int wr = (warp >> 1) * 32, wc = (warp & 1) * 64;
     const bool diagonal = selfjoin && tp == tq;
@@ -167,18 +222,27 @@ __device__ __forceinline__ void filter_tiles(
         }
         ++base;
     }
-}
+    }
+};
 
 #define FILTER_ARGS                                                                                         \
     const unsigned char* __restrict__ X, const unsigned char* __restrict__ Y, int rowbytes,                  \
-    const i64* __restrict__ P, const i64* __restrict__ Q, i64 n, i64 m,                                      \
+    const i64* __restrict__ P, const i64* __restrict__ Q, i64 npairs, i64 n, i64 m,                          \
     const float* __restrict__ qa, const float* __restrict__ qb,                                              \
     const float* __restrict__ ra, const float* __restrict__ rb, int selfjoin, int pair_base,                 \
     unsigned long long* __restrict__ cand_counter, i64 capacity, int2* __restrict__ cand, int* __restrict__ cand_pair
-#define FILTER_PASS X, Y, rowbytes, P, Q, n, m, qa, qb, ra, rb, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair
 
-extern "C" __global__ void __launch_bounds__(THREADS) brute_tc_i8(FILTER_ARGS) { filter_tiles<int>(FILTER_PASS); }
-extern "C" __global__ void __launch_bounds__(THREADS) brute_tc_f16(FILTER_ARGS) { filter_tiles<float>(FILTER_PASS); }
+// Each block filters PAIRS_PER_BLOCK consecutive tile pairs of the list.
+template <typename Acc>
+__device__ __forceinline__ void filter_range(FILTER_ARGS) {
+    Filter<Acc> visit{P, Q, n, m, qa, qb, ra, rb, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair};
+    const i64 first = blockIdx.x * (i64)PAIRS_PER_BLOCK;
+    tile_products<Acc>(X, Y, rowbytes, P, Q, first, min(first + (i64)PAIRS_PER_BLOCK, npairs), visit);
+}
+#define FILTER_PASS X, Y, rowbytes, P, Q, npairs, n, m, qa, qb, ra, rb, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2) brute_tc_i8(FILTER_ARGS) { filter_range<int>(FILTER_PASS); }
+extern "C" __global__ void __launch_bounds__(THREADS, 2) brute_tc_f16(FILTER_ARGS) { filter_range<float>(FILTER_PASS); }
 
 // The float64 decision of candidates [0, count): accepted pairs appended as in brute.cu, in original ids.
 template <typename T>
@@ -220,20 +284,28 @@ extern "C" __global__ void brute_tc_exact_f32(DECIDE_ARGS(float)) { decide<float
 // The raw tile products of tile pairs (P[k], Q[k]) as float64, out[k][row][col]: lets the tests check
 // on the device that the products the filter sees are the exact integer products.
 template <typename Acc>
+struct ProductsOut {
+    double* out;
+    __device__ __forceinline__ void operator()(i64 pair, Acc (&acc)[2][8][4]) {
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+        const int wr = (warp >> 1) * 32, wc = (warp & 1) * 64;
+        double* o = out + pair * TILE * TILE;
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < 8; ++ni)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    o[(wr + mi * 16 + g + 8 * (e >> 1)) * TILE + wc + ni * 8 + 2 * t + (e & 1)] = (double)acc[mi][ni][e];
+    }
+};
+
+// One block per tile pair here, through the same pipeline as the filter.
+template <typename Acc>
 __device__ __forceinline__ void products_out(const unsigned char* X, const unsigned char* Y, int rowbytes,
                                              const i64* P, const i64* Q, double* out) {
-    Acc acc[2][8][4];
-    tile_product(X, Y, rowbytes, P[blockIdx.x], Q[blockIdx.x], acc);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int wr = (warp >> 1) * 32, wc = (warp & 1) * 64;
-    double* o = out + (i64)blockIdx.x * TILE * TILE;
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                o[(wr + mi * 16 + g + 8 * (e >> 1)) * TILE + wc + ni * 8 + 2 * t + (e & 1)] = (double)acc[mi][ni][e];
+    ProductsOut<Acc> visit{out};
+    tile_products<Acc>(X, Y, rowbytes, P, Q, (i64)blockIdx.x, (i64)blockIdx.x + 1, visit);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS) tc_products_i8(const unsigned char* X, const unsigned char* Y,
