@@ -105,6 +105,32 @@ def test_every_filter_gives_the_same_arrays(d):
         assert all(np.array_equal(p, q) for p, q in zip(got, cross["fp32"])), f
 
 
+@pytest.mark.parametrize("selfjoin", [True, False])
+@pytest.mark.parametrize("filt", ["fp32", "int8"])
+def test_tile_pairs_kernel_matches_the_box_rule(selfjoin, filt):
+    """tile_box_near keeps exactly the tile pairs whose box gap, squared and summed in dimension order in
+    float64, is at most eps^2 (boxes touching at exactly eps included), in row-major order."""
+    import cupy as cp
+
+    from daskjoin.kernels.brute_gpu import GpuBruteJoin
+
+    rng = np.random.default_rng(5)
+    x = np.round(rng.random((5000, 40)) * 64) / 8  # a coarse lattice: many boxes exactly eps apart
+    b = None if selfjoin else np.round(rng.random((3000, 40)) * 64) / 8 + 0.25
+    join = GpuBruteJoin(x, b, 1.5, filter=filt)
+    A, B = join.A, join.B
+    gap = cp.maximum(cp.maximum(B.lo[None, :, :] - A.hi[:, None, :], A.lo[:, None, :] - B.hi[None, :, :]), 0.0)
+    total = cp.zeros(gap.shape[:2])
+    for k in range(gap.shape[2]):
+        total += gap[:, :, k] * gap[:, :, k]
+    near = total <= join.eps2
+    if selfjoin:
+        near &= cp.arange(B.ntiles)[None, :] >= cp.arange(A.ntiles)[:, None]
+    p, q = cp.nonzero(near)
+    assert 0 < int(p.shape[0]) < near.size
+    assert cp.array_equal(join.pairs_p, p) and cp.array_equal(join.pairs_q, q)
+
+
 @pytest.mark.parametrize("fmt", FILTERS)
 def test_tensor_core_batches_cut_by_tile_pair_counts(fmt):
     """Batches far smaller than a launch's pairs: the per-tile-pair counts cut the launch, the pairs

@@ -133,9 +133,9 @@ def _fp16_exact_on(device: int) -> bool:
     return ok
 
 
-#: dynamic shared memory of a tensor-core tile kernel: two stages of two 128-row tiles of 144-byte rows
-#: (cuda/brute_tc.cu: TC_SMEM = 2 * 2 * TILE * LDS; a test ties them)
-TC_SMEM_BYTES = 2 * 2 * 128 * 144
+#: dynamic shared memory of a tensor-core tile kernel: three stages of two 128-row tiles of 144-byte rows
+#: (cuda/brute_tc.cu: TC_SMEM = NSTAGES * 2 * TILE * LDS; a test ties them)
+TC_SMEM_BYTES = 3 * 2 * 128 * 144
 #: tile pairs filtered one after another by one block (cuda/brute_tc.cu: PAIRS_PER_BLOCK)
 TC_PAIRS_PER_BLOCK = 16
 
@@ -246,17 +246,15 @@ class GpuBruteJoin:
         A, B = self.A, self.B
         if not A.ntiles or not B.ntiles:
             return cp.zeros(0, cp.int64), cp.zeros(0, cp.int64)
+        boxes = [cp.ascontiguousarray(v, cp.float64) for v in (A.lo, A.hi, B.lo, B.hi)]
         keep_p, keep_q = [], []
-        step = max(1, (64 << 20) // max(1, B.ntiles * 8))
+        step = max(1, (256 << 20) // B.ntiles)  # at most 256 MiB of flags at a time
         for p0 in range(0, A.ntiles, step):
-            p1 = min(A.ntiles, p0 + step)
-            total = cp.zeros((p1 - p0, B.ntiles))
-            for k in range(self.d):  # dimension order, like the exact distance
-                gap = cp.maximum(cp.maximum(B.lo[None, :, k] - A.hi[p0:p1, None, k], A.lo[p0:p1, None, k] - B.hi[None, :, k]), 0.0)
-                total += gap * gap
-            near = total <= self.eps2
-            if self.selfjoin:
-                near &= cp.arange(B.ntiles)[None, :] >= cp.arange(p0, p1)[:, None]
+            rows = min(A.ntiles, p0 + step) - p0
+            near = cp.empty((rows, B.ntiles), cp.uint8)
+            kernel("brute.cu", "tile_box_near")((-(-near.size // BLOCK),), (BLOCK,), (
+                *boxes, np.int64(p0), np.int64(rows), np.int64(B.ntiles), np.int32(self.d), np.float64(self.eps2),
+                np.int32(self.selfjoin), near))
             p, q = cp.nonzero(near)
             keep_p.append(p + p0)
             keep_q.append(q)

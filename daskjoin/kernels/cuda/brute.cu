@@ -54,3 +54,30 @@ extern "C" __global__ void brute_filter(
         }
     }
 }
+
+// Which tile pairs (p0 + r, q), r < rows, q < nq, may hold a pair: near[r * nq + q] = 1 where the gap between
+// their boxes, squared and summed in dimension order in float64, is at most eps2 (self-join: q >= p only).
+// The sum only grows, so it stops once past eps2.  One thread per tile pair: the boxes of every tile of the
+// GEMM-form filters in one launch, where an elementwise pass per dimension took 0.3 s at 7,800 tiles.
+extern "C" __global__ void tile_box_near(const double* __restrict__ alo, const double* __restrict__ ahi,
+                                         const double* __restrict__ blo, const double* __restrict__ bhi, i64 p0,
+                                         i64 rows, i64 nq, int d, double eps2, int selfjoin,
+                                         unsigned char* __restrict__ near) {
+    const i64 k = blockIdx.x * (i64)blockDim.x + threadIdx.x;
+    if (k >= rows * nq) return;
+    const i64 p = p0 + k / nq, q = k % nq;
+    if (selfjoin && q < p) {
+        near[k] = 0;
+        return;
+    }
+    const double* al = alo + p * d;
+    const double* ah = ahi + p * d;
+    const double* bl = blo + q * d;
+    const double* bh = bhi + q * d;
+    double total = 0.0;
+    for (int m = 0; m < d && total <= eps2; ++m) {
+        const double gap = fmax(fmax(__dsub_rn(bl[m], ah[m]), __dsub_rn(al[m], bh[m])), 0.0);
+        total = __dadd_rn(total, __dmul_rn(gap, gap));
+    }
+    near[k] = total <= eps2;
+}

@@ -27,8 +27,9 @@ typedef unsigned int u32;
 #define KB 128
 #define LDS 144
 #define STAGE_BYTES (2 * TILE * LDS)
-// dynamic shared memory of a tile-product kernel: two stages (brute_gpu.TC_SMEM_BYTES mirrors it)
-#define TC_SMEM (2 * STAGE_BYTES)
+#define NSTAGES 3
+// dynamic shared memory of a tile-product kernel (brute_gpu.TC_SMEM_BYTES mirrors it): 108 KiB, two blocks an SM
+#define TC_SMEM (NSTAGES * STAGE_BYTES)
 // tile pairs per block of the filter (brute_gpu.TC_PAIRS_PER_BLOCK mirrors it)
 #define PAIRS_PER_BLOCK 16
 
@@ -99,8 +100,8 @@ __device__ __forceinline__ void chunk_product(const unsigned char* s, int w, Acc
 }
 
 // The tile products of pairs first .. end - 1 of (P, Q), one after another, each handed to
-// visit(k, acc).  Chunks of KB bytes are staged two deep in dynamic shared memory (TC_SMEM bytes):
-// the copies of the next chunk (of this pair, or of the next pair) are in flight while this
+// visit(k, acc).  Chunks of KB bytes are staged NSTAGES deep in dynamic shared memory (TC_SMEM
+// bytes): the copies of the next chunks (of this pair or the next ones) are in flight while this
 // chunk's products and the last pair's visit run, so a block never waits on a whole tile's load
 // as it did with one tile pair per block (which spent most of its time there).
 template <typename Acc, typename Visit>
@@ -112,18 +113,24 @@ __device__ __forceinline__ void tile_products(const unsigned char* __restrict__ 
     const i64 items = (end - first) * nk;
     if (items <= 0) return;
     Acc acc[2][8][4];
-    stage_chunk(stages, X, Y, rowbytes, P[first], Q[first], 0);
+#pragma unroll
+    for (int s = 0; s < NSTAGES - 1; ++s) {
+        if (s < items)
+            stage_chunk(stages + s * STAGE_BYTES, X, Y, rowbytes, P[first + s / nk], Q[first + s / nk], (s % nk) * KB);
+        else
+            cp_async_commit();  // an empty group keeps the count that cp.async.wait_group waits on
+    }
     for (i64 it = 0; it < items; ++it) {
+        cp_async_wait<NSTAGES - 2>();
+        __syncthreads();  // item it staged for every thread; every warp done with item it - 1's stage
+        const i64 next = it + NSTAGES - 1;
+        if (next < items)
+            stage_chunk(stages + (int)(next % NSTAGES) * STAGE_BYTES, X, Y, rowbytes, P[first + next / nk],
+                        Q[first + next / nk], (int)(next % nk) * KB);
+        else
+            cp_async_commit();
         const i64 k = first + it / nk;
         const int kc = (int)(it % nk);
-        if (it + 1 < items) {
-            const i64 k1 = first + (it + 1) / nk;
-            stage_chunk(stages + ((it + 1) & 1) * STAGE_BYTES, X, Y, rowbytes, P[k1], Q[k1], (int)((it + 1) % nk) * KB);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
         if (kc == 0) {
 #pragma unroll
             for (int mi = 0; mi < 2; ++mi)
@@ -132,10 +139,10 @@ __device__ __forceinline__ void tile_products(const unsigned char* __restrict__ 
 #pragma unroll
                     for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0;
         }
-        chunk_product(stages + (it & 1) * STAGE_BYTES, min(KB, rowbytes - kc * KB), acc);
+        chunk_product(stages + (int)(it % NSTAGES) * STAGE_BYTES, min(KB, rowbytes - kc * KB), acc);
         if (kc == nk - 1) visit(k, acc);
-        __syncthreads();  // every warp is done with this stage before the next iteration refills it
     }
+    cp_async_wait<0>();
 }
 
 // A lower bound on |q_a - q_b|^2 = qa + qb - 2 G in float32 (exact integers; rounded down).

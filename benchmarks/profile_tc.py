@@ -1,0 +1,75 @@
+#!/usr/bin/env python
+"""Where a tensor-core brute count's time goes, on one GPU: setup (transfer, boxes, tile pairs, quantising),
+the filter kernel alone (CUDA events, nothing listed), the float64 decisions, the whole count.
+
+    python3 benchmarks/profile_tc.py [--n 1000000] [--d 128] [--eps 0.296] [--filter fp16]
+
+Data: bench_highd.py's "expo" workload.  Prints one table; a diagnostic, not a benchmark of record.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--n", type=int, default=1_000_000)
+    p.add_argument("--d", type=int, default=128)
+    p.add_argument("--eps", type=float, default=0.296)
+    p.add_argument("--filter", default="fp16")
+    args = p.parse_args()
+
+    import cupy as cp
+
+    from daskjoin.io.synth import generate
+    from daskjoin.kernels import brute_gpu, tc_quant
+
+    x = generate("expo", args.n, args.d, seed=0)
+    brute_gpu.GpuBruteJoin(x[:1000], None, args.eps, filter=args.filter).count()  # compile
+
+    def timed(fn):
+        cp.cuda.Device().synchronize()
+        t = time.perf_counter()
+        out = fn()
+        cp.cuda.Device().synchronize()
+        return time.perf_counter() - t, out
+
+    rows = {}
+    rows["setup (transfer, boxes, quantise, tile pairs)"], join = timed(
+        lambda: brute_gpu.GpuBruteJoin(x, None, args.eps, filter=args.filter))
+    rows["  of which tile pairs"], _ = timed(join._tile_pairs)
+    npairs = int(join.pairs_p.shape[0])
+    xa, rowbytes = join.A.tc[:2]
+    (qa, ra), (qb, rb) = tc_quant.kernel_bounds(join.A.tc[2], join.A.tc[3], 0.0, cp), join.bounds_b
+    ra = cp.zeros_like(ra)  # reach 0: (almost) nothing listed, the products and the test alone
+    product = brute_gpu.tc_kernel(f"brute_tc_{'i8' if join.filter == 'int8' else 'f16'}")
+    listed = cp.zeros(1, cp.uint64)
+    cand = cp.empty((1 << 20, 2), cp.int32)
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    step = 1 << 22
+    for lo in range(0, npairs, step):
+        hi = min(npairs, lo + step)
+        product((-(-(hi - lo) // brute_gpu.TC_PAIRS_PER_BLOCK),), (brute_gpu.BLOCK,), (
+            xa, xa, np.int32(rowbytes), join.pairs_p[lo:hi], join.pairs_q[lo:hi], np.int64(hi - lo),
+            np.int64(join.A.n), np.int64(join.B.n), qa, qb, ra, rb, np.int32(1), np.int32(lo), listed,
+            np.int64(cand.shape[0]), cand, np.uint64(0)), shared_mem=brute_gpu.TC_SMEM_BYTES)
+    stop.record()
+    stop.synchronize()
+    kernel_s = cp.cuda.get_elapsed_time(start, stop) / 1e3
+    rows["filter kernel alone (events)"] = kernel_s
+    rows["count (driver, prepared join)"], count = timed(join.count)
+    rows["count from numpy (new join)"], _ = timed(lambda: brute_gpu.GpuBruteJoin(x, None, args.eps, filter=args.filter).count())
+    macs = 2.0 * npairs * 128 * 128 * (rowbytes // (1 if join.filter == "int8" else 2))
+    print(f"{args.n:,} x {args.d} expo, eps {args.eps}, filter {join.filter}: {count:,} pairs, {npairs:,} tile pairs")
+    for k, v in rows.items():
+        print(f"{k:48s} {v:8.3f} s")
+    print(f"filter kernel alone: {macs / kernel_s / 1e12:.0f} TOPS")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
