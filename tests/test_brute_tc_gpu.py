@@ -115,9 +115,15 @@ def test_tile_pairs_kernel_matches_the_box_rule(selfjoin, filt):
     from daskjoin.kernels.brute_gpu import GpuBruteJoin
 
     rng = np.random.default_rng(5)
-    x = np.round(rng.random((5000, 40)) * 64) / 8  # a coarse lattice: many boxes exactly eps apart
-    b = None if selfjoin else np.round(rng.random((3000, 40)) * 64) / 8 + 0.25
-    join = GpuBruteJoin(x, b, 1.5, filter=filt)
+
+    def slabs(n, shift):  # rows sorted along a lattice in dimension 0: tiles are slabs, some exactly eps apart
+        x = rng.random((n, 40))
+        x[:, 0] = np.round(rng.random(n) * 64) * 1.25 + shift
+        return x[np.argsort(x[:, 0], kind="stable")]
+
+    x = slabs(5000, 0.0)
+    b = None if selfjoin else slabs(3000, 1.25)
+    join = GpuBruteJoin(x, b, 2.5, filter=filt)
     A, B = join.A, join.B
     gap = cp.maximum(cp.maximum(B.lo[None, :, :] - A.hi[:, None, :], A.lo[:, None, :] - B.hi[None, :, :]), 0.0)
     total = cp.zeros(gap.shape[:2])
