@@ -40,6 +40,18 @@ def main() -> int:
     rows = {}
     rows["setup (transfer, boxes, quantise, tile pairs)"], join = timed(
         lambda: brute_gpu.GpuBruteJoin(x, None, args.eps, filter=args.filter))
+    # the setup's steps one by one, as GpuBruteJoin runs them
+    from daskjoin.kernels.grid_gpu import to_device64
+
+    rows["  to_device64 (host -> device, float64)"], xd = timed(lambda: to_device64(x))
+    rows["  pivot_order (locality order)"], perm = timed(lambda: brute_gpu.pivot_order(xd, 128))
+    rows["  _Side (order, gather, boxes)"], side = timed(lambda: brute_gpu._Side(xd, join.A.lo[0] * 0, 128, False))
+    centre = cp.zeros(args.d)
+    rows["  _spread"], _ = timed(lambda: brute_gpu._spread(xd, centre))
+    L = tc_quant.levels(join.filter, args.d)
+    rows["  _tc_rows (quantise)"], _ = timed(lambda: brute_gpu._tc_rows(side, centre, join.S, L, join.filter, 128))
+    rows["  float32 rows gathered again"], _ = timed(lambda: cp.ascontiguousarray(cp.asarray(x)[side.perm]))
+    del xd, perm, side
     rows["  of which tile pairs"], _ = timed(join._tile_pairs)
     npairs = int(join.pairs_p.shape[0])
     xa, rowbytes = join.A.tc[:2]

@@ -137,10 +137,16 @@ def test_tile_pairs_kernel_matches_the_box_rule(selfjoin, filt):
     assert cp.array_equal(join.pairs_p, p) and cp.array_equal(join.pairs_q, q)
 
 
+@pytest.mark.parametrize("budget_pairs", [None, 3000])
 @pytest.mark.parametrize("fmt", FILTERS)
-def test_tensor_core_batches_cut_by_tile_pair_counts(fmt):
-    """Batches far smaller than a launch's pairs: the per-tile-pair counts cut the launch, the pairs
-    come back whole and in order."""
+def test_tensor_core_batches_cut_by_tile_pair_counts(fmt, budget_pairs, monkeypatch):
+    """Batches far smaller than a launch's pairs come back whole and in order: held on the device and
+    sliced (the default budget), or past a device budget of ``budget_pairs`` pairs, each launch cut by
+    its per-tile-pair counts into parts of one batch."""
+    if budget_pairs is not None:
+        from daskjoin.kernels import brute_gpu
+
+        monkeypatch.setattr(brute_gpu, "device_budget_bytes", lambda fraction=0.5: 56 * budget_pairs)
     rng = np.random.default_rng(11)
     x = rng.exponential(1 / 40, size=(6000, 64))
     eps = float(np.quantile(np.sqrt(((x[:300, None] - x[None, :300]) ** 2).sum(-1)), 0.02))

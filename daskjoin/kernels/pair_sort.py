@@ -109,10 +109,7 @@ def _scatter_packed(i, j, vbits, lo, jlo, span, has_value, packed, starts, nchun
             s = i[k] - lo
             at = counts[c, s]
             counts[c, s] = at + 1
-            word = (j[k] - jlo) << 32
-            if has_value:
-                word |= np.int64(vbits[k])
-            packed[at] = word
+            packed[at] = ((j[k] - jlo) << 32) | (np.int64(vbits[k]) if has_value else np.int64(0))
 
 
 @njit(cache=True, parallel=True)
