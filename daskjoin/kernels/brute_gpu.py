@@ -464,7 +464,8 @@ class GpuBruteJoin:
                     yield from (tuple(b) for b in self._sorted_to_host(held, step))  # not a run: more follow
                     held = []
                 spilled = True
-                yield to_host(i, j, d)
+                for piece in split_batch((i, j, d), step):  # a part cut for the room left on the device
+                    yield to_host(*piece)
         if held:
             yield from self._sorted_to_host(held, step)  # every pair of the call, sorted: one run
 
