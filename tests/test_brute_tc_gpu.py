@@ -153,6 +153,10 @@ def test_tensor_core_batches_cut_by_tile_pair_counts(fmt, budget_pairs, monkeypa
     want = oracle_self_pairs(x, eps)
     parts = list(get_kernel("brute", "gpu", filter=fmt).self_batches(x, eps, 997))
     assert all(len(p[0]) <= 997 for p in parts)
+    if budget_pairs is None:  # all held on the device: one sorted run, sliced
+        from daskjoin.kernels.registry import SortedRun
+
+        assert len(parts) > 1 and all(isinstance(p, SortedRun) for p in parts)
     got = tuple(np.concatenate([p[t] for p in parts]) for t in range(3))
     assert_same_pairs(got, want)
 

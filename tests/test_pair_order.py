@@ -87,7 +87,7 @@ def test_sort_pairs_matches_lexsort(keys, with_value, dtype):
         assert np.array_equal(ov, v[order]) and ov.dtype == dtype
 
 
-@pytest.mark.parametrize("value_dtype", [None, np.float32, np.int32, np.uint32])
+@pytest.mark.parametrize("value_dtype", [None, np.float32, np.int32, np.uint32, np.dtype([("a", "<i2"), ("b", "<u2")])])
 @pytest.mark.parametrize("j_span", [1, 1000, (1 << 31) - 1, 1 << 31])
 def test_sort_pairs_packed_words_keep_values_bit_for_bit(value_dtype, j_span):
     """Pairs moved as one (j, value) word where j spans < 2^31 (else the two-array path): every value's
@@ -96,8 +96,8 @@ def test_sort_pairs_packed_words_keep_values_bit_for_bit(value_dtype, j_span):
 
     rng = np.random.default_rng(j_span)
     n = 3000
-    i = rng.integers(-3, 40, n)
-    i[:200] = 7  # one run longer than the insertion sort takes
+    i = rng.integers(-3, 200, n)  # runs of ~15: the insertion sort's
+    i[:200] = 7  # and one run longer than the insertion sort takes
     j = rng.integers(0, j_span + 1, n) - 5
     j[:2] = [-5, j_span - 5]  # the span's ends
     keep = np.unique(np.stack([i, j], 1), axis=0, return_index=True)[1]
@@ -113,7 +113,7 @@ def test_sort_pairs_packed_words_keep_values_bit_for_bit(value_dtype, j_span):
     if value_dtype is None:
         assert ov is None
     else:
-        assert ov.dtype == value_dtype and np.array_equal(ov.view(np.uint32), value.view(np.uint32)[order])
+        assert ov.dtype == np.dtype(value_dtype) and np.array_equal(ov.view(np.uint32), value.view(np.uint32)[order])
 
 
 def test_spilled_runs_are_removed(tmp_path):

@@ -364,7 +364,9 @@ class GpuBruteJoin:
         cuts the range into runs of tile pairs of at most ``max_pairs`` pairs, each filled again
         (from the same products, so the same decisions) into room for exactly its pairs; a
         single tile pair with more pairs (at most tile^2) is filled alone and its sorted pairs
-        are sliced.  (Per-tile-pair counts cost an atomic per pair: only that case pays them.)  So the device holds at most
+        are sliced.  Per-tile-pair counts cost an atomic per pair: the first launch takes them
+        only where ``max_pairs`` is below the running guess (a cut is then likely), else a
+        separate count-only launch takes them where a cut turns out to be needed.  So the device holds at most
         ``max(max_pairs, tile^2)`` output pairs at a time, besides the products of the range.
         ``max_pairs=None``: one part of the whole range (a launch that overflowed is redone
         with room for all its pairs).
@@ -372,7 +374,9 @@ class GpuBruteJoin:
         cp = cupy()
         P, Q, G = self._products(lo, hi)
         room = self._capacity if max_pairs is None else min(self._capacity, max_pairs)
-        found, oi, oj, od = self._filter(G, P, Q, room)
+        # a bound below the running guess will likely cut this range: count its tile pairs in this pass
+        pair_counts = cp.zeros(hi - lo, cp.uint64) if max_pairs is not None and max_pairs < self._capacity else None
+        found, oi, oj, od = self._filter(G, P, Q, room, pair_counts)
         self._capacity = max(1 << 16, int(found * 1.5))
         if found <= room:
             if found:
@@ -382,8 +386,9 @@ class GpuBruteJoin:
         if max_pairs is None or found <= max_pairs:
             cuts = [(0, hi - lo, found)]
         else:
-            pair_counts = cp.zeros(hi - lo, cp.uint64)
-            self._filter(G, P, Q, 0, pair_counts)
+            if pair_counts is None:
+                pair_counts = cp.zeros(hi - lo, cp.uint64)
+                self._filter(G, P, Q, 0, pair_counts)
             counts = pair_counts.get().astype(np.int64)
             if int(counts.sum()) != found:
                 raise RuntimeError(f"brute GPU kernel: tile pairs {lo}..{hi} counted {int(counts.sum())} pairs "
@@ -442,8 +447,8 @@ class GpuBruteJoin:
         into room for what is left there, and sorted there as one (a radix sort costs
         milliseconds; the task then only checks the order); past the budget they go to the host
         as they come, in parts of one row group (the task sorts).  Device output memory bounded
-        by the device budget, or ``max(max_pairs, tile^2)`` pairs past it (see
-        :meth:`_range_parts`); the products by ``batch_bytes``.
+        by the device budget plus one part of at most an eighth of it, or ``max(max_pairs,
+        tile^2)`` pairs past it (see :meth:`_range_parts`); the products by ``batch_bytes``.
         """
         step = max(1, min(int(max_pairs), transfer_pairs()))  # pinned host copies of one row group at most
         fits = max(1, device_budget_bytes(0.4) // 56)  # 20 B of pairs + 36 B to sort them
@@ -453,7 +458,9 @@ class GpuBruteJoin:
             # one pass of the filter, where parts of one row group made it count every tile pair's pairs
             # and fill each run again (twice the filter's work: 8.4 s to the host at 1M x 128 where the
             # count takes 2.7 s).  Past the budget, parts of one row group.
-            bound = fits - count if not spilled and fits - count >= step else step
+            # at most an eighth of the budget a part: a range crossing the budget keeps one more part
+            # beside what is held, not a second budget's worth
+            bound = min(fits - count, max(step, fits // 8)) if not spilled and fits - count >= step else step
             for i, j, d in self._range_parts(lo, hi, bound):
                 d = d if with_distance else None
                 if not spilled and count + len(i) <= fits:

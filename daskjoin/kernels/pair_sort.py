@@ -29,8 +29,9 @@ _INSERTION_MAX = 48
 
 
 @njit(cache=True, parallel=True)
-def _scatter(i, j, v, lo, span, has_value, oi, oj, ov, starts, nchunks):
-    """Stable counting sort on ``i`` of ``j`` and the value: per-chunk histograms, one scan, chunks scattered in parallel."""
+def _cursors(i, lo, span, starts, nchunks):
+    """Per-chunk histograms of ``i``, scanned in (value, chunk) order: each chunk's first slot for each value
+    (so a scatter of the chunks in parallel is stable); ``starts[s]``: the first slot of value ``lo + s``."""
     n = i.shape[0]
     step = (n + nchunks - 1) // nchunks
     counts = np.zeros((nchunks, span), np.int64)
@@ -38,18 +39,26 @@ def _scatter(i, j, v, lo, span, has_value, oi, oj, ov, starts, nchunks):
         for k in range(c * step, min(n, (c + 1) * step)):
             counts[c, i[k] - lo] += 1
     total = 0
-    for s in range(span):  # exclusive scan in (value, chunk) order keeps the scatter stable
+    for s in range(span):
         starts[s] = total
         for c in range(nchunks):
             here = counts[c, s]
             counts[c, s] = total
             total += here
     starts[span] = total
+    return counts
+
+
+@njit(cache=True, parallel=True)
+def _scatter(i, j, v, lo, has_value, oj, ov, cursor, nchunks):
+    """Stable counting sort on ``i`` of ``j`` and the value, chunks scattered in parallel from their ``cursor`` rows."""
+    n = i.shape[0]
+    step = (n + nchunks - 1) // nchunks
     for c in prange(nchunks):
         for k in range(c * step, min(n, (c + 1) * step)):
             s = i[k] - lo
-            at = counts[c, s]
-            counts[c, s] = at + 1
+            at = cursor[c, s]
+            cursor[c, s] = at + 1
             oj[at] = j[k]
             if has_value:
                 ov[at] = v[k]
@@ -88,27 +97,15 @@ def _sort_runs(oi, oj, ov, starts, has_value, lo):
 
 
 @njit(cache=True, parallel=True)
-def _scatter_packed(i, j, vbits, lo, jlo, span, has_value, packed, starts, nchunks):
+def _scatter_packed(i, j, vbits, lo, jlo, has_value, packed, cursor, nchunks):
     """As ``_scatter``, moving ``(j - jlo) << 32 | value bits`` as one word into ``packed``."""
     n = i.shape[0]
     step = (n + nchunks - 1) // nchunks
-    counts = np.zeros((nchunks, span), np.int64)
-    for c in prange(nchunks):
-        for k in range(c * step, min(n, (c + 1) * step)):
-            counts[c, i[k] - lo] += 1
-    total = 0
-    for s in range(span):
-        starts[s] = total
-        for c in range(nchunks):
-            here = counts[c, s]
-            counts[c, s] = total
-            total += here
-    starts[span] = total
     for c in prange(nchunks):
         for k in range(c * step, min(n, (c + 1) * step)):
             s = i[k] - lo
-            at = counts[c, s]
-            counts[c, s] = at + 1
+            at = cursor[c, s]
+            cursor[c, s] = at + 1
             packed[at] = ((j[k] - jlo) << 32) | (np.int64(vbits[k]) if has_value else np.int64(0))
 
 
@@ -172,14 +169,16 @@ def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None):
         starts = np.empty(span + 1, np.int64)
         vbits, obits = v.view(np.uint32), ov.view(np.uint32)
         with serialised():
-            _scatter_packed(i, j, vbits, lo, jlo, span, has_value, oj, starts, nchunks)
+            cursor = _cursors(i, lo, span, starts, nchunks)
+            _scatter_packed(i, j, vbits, lo, jlo, has_value, oj, cursor, nchunks)
             _sort_runs_packed(oi, oj, obits, starts, has_value, lo, jlo)
         return oi, oj, (ov if has_value else None)
     oi, oj = np.empty(n, np.int64), np.empty(n, np.int64)
     ov = np.empty(n, v.dtype) if has_value else v
     starts = np.empty(span + 1, np.int64)
     with serialised():
-        _scatter(i, j, v, lo, span, has_value, oi, oj, ov, starts, nchunks)
+        cursor = _cursors(i, lo, span, starts, nchunks)
+        _scatter(i, j, v, lo, has_value, oj, ov, cursor, nchunks)
         _sort_runs(oi, oj, ov, starts, has_value, lo)
     return oi, oj, (ov if has_value else None)
 
