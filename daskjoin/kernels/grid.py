@@ -26,6 +26,7 @@ from .exact import eps_squared, within
 from .grid_index import boundary_slack, build_index, choose_grid
 from .parallel_guard import serialised
 from .registry import bounded_ranges, split_batch
+from .summary import column_bounds
 
 CELLS_PER_BLOCK = 16
 #: Fixed lane count: the output order depends on it, so it must not follow the thread count.
@@ -350,8 +351,9 @@ class GridJoin:
         self.selfjoin = b is None
         parts = [x for x in (a, b) if x is not None and x.shape[0]]
         if parts:
-            lo = np.min([x.min(axis=0) for x in parts], axis=0).astype(np.float64)
-            hi = np.max([x.max(axis=0) for x in parts], axis=0).astype(np.float64)
+            bounds = [column_bounds(x) for x in parts]
+            lo = np.min([b[0] for b in bounds], axis=0)
+            hi = np.max([b[1] for b in bounds], axis=0)
         else:
             lo = hi = np.zeros(a.shape[1])
         self.spec = choose_grid(lo, hi, eps, max_dims=max_dims)

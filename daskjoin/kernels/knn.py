@@ -34,6 +34,7 @@ import numpy as np
 from .grid_index import _cell_ids, boundary_slack, build_index, choose_grid
 from .parallel_guard import serialised
 from .registry import KNN_ROW_VALUE
+from .summary import column_bounds
 
 NO_ID = np.iinfo(np.int64).max
 #: rounding headroom of a lower bound on a float64 squared distance (relative; far above d * 2**-52)
@@ -442,7 +443,7 @@ class KnnGrid:
         data = np.ascontiguousarray(data)
         self.k, self.first_id, self.n = int(k), int(first_id), int(data.shape[0])
         if self.n:
-            lo, hi = data.min(axis=0).astype(np.float64), data.max(axis=0).astype(np.float64)
+            lo, hi = column_bounds(data)
         else:
             lo = hi = np.zeros(data.shape[1])
         geometry = GridGeometry(lo, hi, self.n, self.k)

@@ -35,6 +35,7 @@ import numpy as np
 
 from .knn import NO_ID, _bounded_d2, _offer, rows
 from .parallel_guard import serialised
+from .summary import column_bounds
 
 #: bits per quantised coordinate (shifted coordinates stay below 2^31)
 BITS = 30
@@ -241,8 +242,7 @@ class SzlIndex:
     def __init__(self, data: np.ndarray):
         n, d = data.shape
         if n:
-            self.lo = data.min(axis=0).astype(np.float64)
-            hi = data.max(axis=0).astype(np.float64)
+            self.lo, hi = column_bounds(data)
         else:
             self.lo = hi = np.zeros(d)
         self.scale = quantiser(self.lo, hi)

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..kernels import resolve_backend
 from ..kernels.registry import KNN_ROW_VALUE, SortedRun, make
+from ..kernels.summary import column_bounds
 from ..planning.bounds import box_d2
 from ..planning.knn import KnnPartition, KnnPlan
 
@@ -73,7 +74,7 @@ class KnnJob:
             return make("knn", self.method, backend, data.read(lo, hi), self.k, lo).rows(queries, ids, self.selfjoin)
         if len(ids):
             q64 = queries.astype(np.float64, copy=False)
-            qlo, qhi = q64.min(axis=0), q64.max(axis=0)
+            qlo, qhi = column_bounds(q64)
             near = box_d2(qlo, qhi, self.block_lo, self.block_hi)
             for blk in np.lexsort((np.arange(len(self.blocks)), near)):  # nearest blocks first
                 lo, hi = self.blocks[blk]
