@@ -4,11 +4,7 @@
 # .peers/FaSTED/source/release/main was built and carried).  Logs and JSON go to $OUT.
 #   bash benchmarks/device_highd.sh [tests | quick (tests + short bench) | bench (short bench) | full] [bench_highd.py arguments...]
 set -uo pipefail
-OUT="${OUT:-device-out}"
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --find-links .wheelhouse --no-build-isolation -e '.[gpu]' pytest-timeout \
-    hypothesis > "$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; exit 1; }
+source "$(dirname "$0")/device_setup.sh" pytest-timeout hypothesis
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
 nvcc -std=c++17 -arch=sm_90 -cubin -Xptxas -v -o /dev/null daskjoin/kernels/cuda/brute_tc.cu 2>&1 \
     | grep -E "error|Compiling|registers" | paste - - | sed -E 's/ptxas info *: //g'

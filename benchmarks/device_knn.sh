@@ -3,11 +3,7 @@
 # cuda/knn.cu, the gpu-marked kNN tests, the GPU profile of both drivers, then bench_knn.py.
 # Logs and JSON go to $OUT.   bash benchmarks/device_knn.sh [quick | methods [ROWS] | crossover]
 set -uo pipefail
-OUT="${OUT:-device-out}"
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --find-links .wheelhouse --no-build-isolation -e '.[gpu]' pytest-timeout \
-    hypothesis > "$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; exit 1; }
+source "$(dirname "$0")/device_setup.sh" pytest-timeout hypothesis
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nvcc -std=c++17 -arch=sm_90 -cubin -Xptxas -v -o /dev/null daskjoin/kernels/cuda/knn.cu 2>&1 \
     | grep -E "error|Compiling|registers" | paste - - | sed -E 's/ptxas info *: //g'

@@ -50,8 +50,10 @@ def _cursors(i, lo, span, starts, nchunks):
 
 
 @njit(cache=True, parallel=True)
-def _scatter(i, j, v, lo, has_value, oj, ov, cursor, nchunks):
-    """Stable counting sort on ``i`` of ``j`` and the value, chunks scattered in parallel from their ``cursor`` rows."""
+def _scatter(i, j, v, lo, jlo, has_value, packed, oj, ov, cursor, nchunks):
+    """Stable counting sort on ``i``, chunks scattered in parallel from their ``cursor`` rows: ``j`` and the
+    value into ``oj`` and ``ov``, or where ``packed``, ``(j - jlo) << 32 | value bits`` (``v``: the values'
+    uint32 view) as one word into ``oj``."""
     n = i.shape[0]
     step = (n + nchunks - 1) // nchunks
     for c in prange(nchunks):
@@ -59,9 +61,12 @@ def _scatter(i, j, v, lo, has_value, oj, ov, cursor, nchunks):
             s = i[k] - lo
             at = cursor[c, s]
             cursor[c, s] = at + 1
-            oj[at] = j[k]
-            if has_value:
-                ov[at] = v[k]
+            if packed:
+                oj[at] = ((j[k] - jlo) << 32) | (np.int64(v[k]) if has_value else np.int64(0))
+            else:
+                oj[at] = j[k]
+                if has_value:
+                    ov[at] = v[k]
 
 
 @njit(cache=True, parallel=True)
@@ -94,19 +99,6 @@ def _sort_runs(oi, oj, ov, starts, has_value, lo):
             if has_value:
                 vs = ov[a:b][order]
                 ov[a:b] = vs
-
-
-@njit(cache=True, parallel=True)
-def _scatter_packed(i, j, vbits, lo, jlo, has_value, packed, cursor, nchunks):
-    """As ``_scatter``, moving ``(j - jlo) << 32 | value bits`` as one word into ``packed``."""
-    n = i.shape[0]
-    step = (n + nchunks - 1) // nchunks
-    for c in prange(nchunks):
-        for k in range(c * step, min(n, (c + 1) * step)):
-            s = i[k] - lo
-            at = cursor[c, s]
-            cursor[c, s] = at + 1
-            packed[at] = ((j[k] - jlo) << 32) | (np.int64(vbits[k]) if has_value else np.int64(0))
 
 
 @njit(cache=True, parallel=True)
@@ -170,7 +162,7 @@ def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None):
         vbits, obits = v.view(np.uint32), ov.view(np.uint32)
         with serialised():
             cursor = _cursors(i, lo, span, starts, nchunks)
-            _scatter_packed(i, j, vbits, lo, jlo, has_value, oj, cursor, nchunks)
+            _scatter(i, j, vbits, lo, jlo, has_value, True, oj, obits, cursor, nchunks)
             _sort_runs_packed(oi, oj, obits, starts, has_value, lo, jlo)
         return oi, oj, (ov if has_value else None)
     oi, oj = np.empty(n, np.int64), np.empty(n, np.int64)
@@ -178,7 +170,7 @@ def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None):
     starts = np.empty(span + 1, np.int64)
     with serialised():
         cursor = _cursors(i, lo, span, starts, nchunks)
-        _scatter(i, j, v, lo, has_value, oj, ov, cursor, nchunks)
+        _scatter(i, j, v, lo, 0, has_value, False, oj, ov, cursor, nchunks)
         _sort_runs(oi, oj, ov, starts, has_value, lo)
     return oi, oj, (ov if has_value else None)
 
