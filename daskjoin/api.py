@@ -17,6 +17,7 @@ from .planning.cost import choose_method
 from .planning.plan import Plan
 from .planning.planner import make_plan
 from .planning.cache import cache_locations
+from .run_record import join_record
 from .validation import check_output_apart, check_output_path, check_same_dims
 
 #: GPU tuning options each method's driver accepts (the table: :data:`daskjoin.options.GPU_OPTIONS`)
@@ -37,12 +38,16 @@ class JoinResult:
     #: seconds summed over tasks: ``compute_s`` (kernels, transfers, sort), ``write_s`` (Parquet encoding
     #: and writing, on writer threads beside the kernels)
     tasks: dict = field(default_factory=dict)
+    #: "new"; "resumed" (an interrupted run's finished partitions reused: ``tasks["resumed_partitions"]``);
+    #: "finished" (``resume=True`` found this join already committed: nothing was run)
+    status: str = "new"
 
     @classmethod
-    def from_manifest(cls, path: str, manifest: dict, plan, plan_seconds: float, run_seconds: float):
+    def from_manifest(cls, path: str, manifest: dict, plan, plan_seconds: float, run_seconds: float,
+                      status: str = "new"):
         return cls(path=path, pairs=manifest["rows"], files=len(manifest["files"]), plan_seconds=plan_seconds,
                    run_seconds=run_seconds, plan=plan, bytes=int(manifest.get("bytes", 0)),
-                   tasks=dict(manifest.get("tasks", {})))
+                   tasks=dict(manifest.get("tasks", {})), status=status)
 
     @property
     def seconds(self) -> float:
@@ -57,11 +62,16 @@ class JoinResult:
     def __str__(self) -> str:
         from dask.utils import format_bytes
 
+        if self.status == "finished":
+            return (f"nothing to do: {self.path} already holds this join ({self.pairs:,} pairs, {self.files} files, "
+                    f"{format_bytes(self.bytes)}, + _SUCCESS)")
         rate = self.pairs / self.run_seconds if self.run_seconds else float("inf")
         inside = ""
         if self.tasks:
             inside = (f"; in tasks {self.tasks.get('compute_s', 0):.2f} s kernels and sort, "
                       f"{self.tasks.get('write_s', 0):.2f} s Parquet writing on writer threads")
+        if self.status == "resumed":
+            inside += f"; resumed: {self.tasks.get('resumed_partitions', 0)} partitions of the interrupted run reused"
         return (
             f"{self.pairs:,} pairs in {self.seconds:.2f} s (plan {self.plan_seconds:.2f} s, join and write "
             f"{self.run_seconds:.2f} s{inside}; {rate:,.0f} pairs/s) -> {self.path} "
@@ -101,10 +111,10 @@ def protected_paths(*sources) -> dict:
     return protected
 
 
-def check_output(out, overwrite: bool, protected: dict) -> str:
+def check_output(out, overwrite: bool, protected: dict, resume: bool = False) -> str:
     """Every check of a Parquet output path that needs no cluster: exists, apart from the inputs, replaceable."""
     check_output_apart(out, protected)  # first: the more telling refusal where both apply
-    out = check_output_path(out, overwrite)
+    out = check_output_path(out, overwrite, resume)
     if overwrite and os.path.lexists(out):
         check_replaceable(out)
     return out
@@ -185,7 +195,8 @@ def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto
 
 def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto", backend: str = "auto",
                     output: str = "pairs", with_distance: bool = True, memory_budget=None, client=None,
-                    out=None, overwrite: bool = False, progress: bool = False, gpu_options: dict | None = None):
+                    out=None, overwrite: bool = False, progress: bool = False, gpu_options: dict | None = None,
+                    resume: bool = False):
     """Exact ε-join: every pair of points within Euclidean distance ``eps``.
 
     A pair is reported iff its float64 squared distance (summed in dimension
@@ -220,6 +231,11 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
         Write Parquet here (one file per partition, then ``_SUCCESS``) and return a :class:`JoinResult`.
     overwrite : bool
         Replace an existing ``out``.
+    resume : bool
+        Continue an interrupted run to ``out`` (Ctrl-C, a killed process): only the partitions it
+        did not finish are computed.  Refused, naming what differs, where the inputs or parameters
+        are not those of the interrupted run; a join already committed at ``out`` is not run again
+        (its result is returned).  With the default memory budget the interrupted run's is used.
     progress : bool
         Show a progress bar while tasks run (count and Parquet output).
     gpu_options : dict, optional
@@ -244,11 +260,12 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
     """
     opts = check_options("epsilon", eps=eps, method=method, partitioning=partitioning, backend=backend,
                          output=output, with_distance=with_distance, out=out, overwrite=overwrite, progress=progress,
-                         memory_budget=memory_budget, gpu_options=gpu_options, client=client, stacklevel=2)
+                         memory_budget=memory_budget, gpu_options=gpu_options, client=client, resume=resume,
+                         stacklevel=2)
     output, with_distance, overwrite, progress = opts["output"], opts["with_distance"], opts["overwrite"], opts["progress"]
     checked = _open_inputs(a, b, opts)
     if out is not None:
-        out = check_output(out, overwrite, protected_paths(checked[1], checked[2]))
+        out = check_output(out, overwrite, protected_paths(checked[1], checked[2]), opts["resume"])
     client = resolve(client)
     plan_options = dict(method=opts["method"], partitioning=opts["partitioning"], backend=opts["backend"],
                         client=client, gpu_options=opts["gpu_options"])
@@ -258,11 +275,38 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
             return graph.count(JoinJob.from_plan(plan, False), plan.partitions, client, progress=progress)
         return graph.to_dataframe(JoinJob.from_plan(plan, with_distance), plan.partitions, client=client,
                                   cache_key=(id(plan), with_distance), owner=plan)
-    with OutputRun(out, overwrite) as run:  # owned from before planning: a second writer fails at once
+    extra = lambda plan: {"eps": plan.eps, "method": plan.method, "partitioning": plan.partitioning,  # noqa: E731
+                          "selfjoin": plan.selfjoin}
+    record = lambda plan: join_record(  # noqa: E731
+        "epsilon", (plan.a, plan.b), partitioning=plan.partitioning, parts=plan.partitions,
+        fields=("index", "a", "b", "self_part"), eps=float(plan.eps), selfjoin=plan.selfjoin,
+        with_distance=bool(with_distance), memory_budget=int(plan.memory_budget))
+    return write_join(out, overwrite, opts["resume"], checked, lambda c: _plan(c, **plan_options), record,
+                      lambda plan: JoinJob.from_plan(plan, with_distance), extra, client, progress)
+
+
+def write_join(out, overwrite: bool, resume: bool, checked: tuple, make_plan, record, make_job, extra, client,
+               progress: bool) -> JoinResult:
+    """A join to Parquet, for every kind: the output owned from before planning (a second writer fails at
+    once), the plan, the run's record (``record(plan)``: what a resumed run must match), the tasks of
+    the partitions not already finished, the commit."""
+    with OutputRun(out, overwrite, resume=resume) as run:
         start = time.perf_counter()
-        plan = _plan(checked, **plan_options)
+        plan = make_plan(resumed_budget(checked, run))
         planned = time.perf_counter()
-        extra = {"eps": plan.eps, "method": plan.method, "partitioning": plan.partitioning, "selfjoin": plan.selfjoin}
-        manifest = graph.write_parquet(JoinJob.from_plan(plan, with_distance), plan.partitions, client, run,
-                                       progress=progress, extra=extra)
-    return JoinResult.from_manifest(out, manifest, plan, planned - start, time.perf_counter() - planned)
+        status = run.start(record(plan))
+        if status == "finished":
+            return JoinResult.from_manifest(out, run.close_finished(), plan, planned - start, 0.0, status)
+        manifest = graph.write_parquet(make_job(plan), plan.partitions, client, run, progress=progress,
+                                       extra=extra(plan))
+    return JoinResult.from_manifest(out, manifest, plan, planned - start, time.perf_counter() - planned, status)
+
+
+def resumed_budget(checked: tuple, run: OutputRun) -> tuple:
+    """``checked`` with the memory budget an interrupted (or finished) run recorded, where this one asks for
+    the default: the same budget gives the same partitions, whose finished files are then reused."""
+    if checked[-1] != "auto":
+        return checked
+    found = run.previous if run.previous is not None else (run.finished or {}).get("record")
+    budget = (found or {}).get("memory_budget")
+    return checked if budget is None else (*checked[:-1], int(budget))

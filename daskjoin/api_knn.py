@@ -1,16 +1,14 @@
 """The kNN-join's entry points: validate -> plan -> execute (the same path as the ε-join's)."""
 from __future__ import annotations
 
-import time
-
-from .api import JoinResult, _open_inputs, check_output, protected_paths
+from .api import _open_inputs, check_output, protected_paths, write_join
 from .execution import graph
 from .execution.cluster import ClusterRunner
 from .execution.resources import auto_budget, choose_backend, cluster_threads, worker_info
-from .io.parquet_out import OutputRun
 from .kinds.knn import KnnJob
 from .options import KNN_OUTPUT, check_options, resolve
 from .planning.knn import KnnPlan, make_knn_plan
+from .run_record import join_record
 
 
 def _plan(checked, *, k: int, method: str, backend: str, client) -> KnnPlan:
@@ -52,7 +50,7 @@ def plan_knn(a, b=None, *, k, method: str = "auto", backend: str = "auto", memor
 
 
 def knn_join(a, b=None, *, k, method: str = "auto", backend: str = "auto", output: str = "pairs", client=None,
-             out=None, overwrite: bool = False, memory_budget=None, progress: bool = False):
+             out=None, overwrite: bool = False, memory_budget=None, progress: bool = False, resume: bool = False):
     """Exact k-nearest-neighbour join: for every row ``i`` of ``a``, its ``k`` nearest rows ``j`` of ``b``.
 
     With ``b=None`` a self-join: the k nearest other rows of ``a`` (a row is never its own neighbour;
@@ -77,7 +75,7 @@ def knn_join(a, b=None, *, k, method: str = "auto", backend: str = "auto", outpu
         ``auto``: each task on its worker's GPU when CuPy sees one, else on the CPU (the same result).
     output : {"pairs"}
         The rows; a kNN-join has exactly ``len(a) * k`` of them.
-    client, out, overwrite, memory_budget, progress
+    client, out, overwrite, memory_budget, progress, resume
         As for :func:`similarity_join`.
 
     Returns
@@ -95,21 +93,20 @@ def knn_join(a, b=None, *, k, method: str = "auto", backend: str = "auto", outpu
     [[0.0, 1.0, 1.0, 1.0], [1.0, 0.0, 1.0, 1.0], [2.0, 3.0, 0.0, 1.0], [3.0, 2.0, 0.0, 1.0]]
     """
     opts = check_options("knn", k=k, method=method, backend=backend, out=out, overwrite=overwrite,
-                         progress=progress, memory_budget=memory_budget, client=client, stacklevel=2)
+                         progress=progress, memory_budget=memory_budget, client=client, resume=resume,
+                         stacklevel=2)
     KNN_OUTPUT(output, "output", "knn", opts)  # "pairs" only: a kNN-join's count is len(a) * k
     checked = _checked(a, b, opts)
     if out is not None:
-        out = check_output(out, opts["overwrite"], protected_paths(checked[1], checked[2]))
+        out = check_output(out, opts["overwrite"], protected_paths(checked[1], checked[2]), opts["resume"])
     client = resolve(client)
     plan_options = dict(k=opts["k"], method=opts["method"], backend=opts["backend"], client=client)
     if out is None:
         plan = _plan(checked, **plan_options)
         return graph.to_dataframe(KnnJob.from_plan(plan), plan.partitions, client=client)
-    with OutputRun(out, opts["overwrite"]) as run:  # owned from before planning: a second writer fails at once
-        start = time.perf_counter()
-        plan = _plan(checked, **plan_options)
-        planned = time.perf_counter()
-        extra = {"k": plan.k, "method": plan.method, "selfjoin": plan.selfjoin, "kind": "knn"}
-        manifest = graph.write_parquet(KnnJob.from_plan(plan), plan.partitions, client, run,
-                                       progress=opts["progress"], extra=extra)
-    return JoinResult.from_manifest(out, manifest, plan, planned - start, time.perf_counter() - planned)
+    extra = lambda plan: {"k": plan.k, "method": plan.method, "selfjoin": plan.selfjoin, "kind": "knn"}  # noqa: E731
+    record = lambda plan: join_record("knn", (plan.a, plan.b), partitioning="queries", parts=plan.partitions,  # noqa: E731
+                                      fields=("index", "a"), k=int(plan.k), selfjoin=plan.selfjoin,
+                                      memory_budget=int(plan.memory_budget))
+    return write_join(out, opts["overwrite"], opts["resume"], checked, lambda c: _plan(c, **plan_options), record,
+                      KnnJob.from_plan, extra, client, opts["progress"])

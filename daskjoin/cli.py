@@ -86,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     join.add_argument("--count", action="store_true", help="print the exact number of pairs; write nothing")
     join.add_argument("--no-distance", action="store_true", help="omit the dist column")
     join.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    join.add_argument("--resume", action="store_true",
+                      help="continue an interrupted run to --out: only the partitions it did not finish are computed "
+                           "(refused if the inputs or parameters differ; a finished one is not run again)")
     join.add_argument("--quiet", action="store_true", help="no progress bar")
     join.add_argument("--timings", metavar="FILE", default=None,
                       help="write the run's phases (start, client, plan and its data passes, join, time in tasks) "
@@ -164,11 +167,11 @@ def _join(args) -> int:
     common = dict(eps=args.eps, method=args.method, partitioning=args.partitioning, backend=args.backend,
                   memory_budget=args.memory_budget)
     check_options("epsilon", spelled="cli", output="count" if args.count else "pairs", out=args.out,
-                  overwrite=args.overwrite, **common)  # the API's checks, spelled as flags
+                  overwrite=args.overwrite, resume=args.resume, **common)  # the API's checks, spelled as flags
     _missing_chunks(args)
     _, src_a, src_b, _ = dj.api.check_join_inputs(args.a, args.b, **common)  # before any cluster is reached
     if args.out:
-        dj.api.check_output(args.out, args.overwrite, dj.api.protected_paths(src_a, src_b))
+        dj.api.check_output(args.out, args.overwrite, dj.api.protected_paths(src_a, src_b), args.resume)
     import dask.config
 
     from .execution.inprocess import InProcess
@@ -202,7 +205,7 @@ def _run_join(args, dj, common, client, clock) -> int:
     else:
         result = dj.similarity_join(
             args.a, args.b, out=args.out, overwrite=args.overwrite, with_distance=not args.no_distance,
-            client=client, progress=not args.quiet, **common,
+            client=client, progress=not args.quiet, resume=args.resume, **common,
         )
         clock.mark("join_s")
         clock.record.update(pairs=result.pairs, bytes=result.bytes, files=result.files, tasks=result.tasks)
@@ -385,8 +388,13 @@ def main(argv=None) -> int:
         return 2
     except (KeyboardInterrupt, Terminated) as exc:
         _quiet_shutdown()
-        print("daskjoin: interrupted; nothing was committed" if args.command in ("join", "setjoin")
-              else "daskjoin: interrupted", file=sys.stderr)
+        line = "daskjoin: interrupted; nothing was committed" if args.command in ("join", "setjoin") \
+            else "daskjoin: interrupted"
+        resumable = getattr(exc, "resumable", None)
+        if resumable is not None:
+            line += (f" ({resumable[0]} of {resumable[1]} partitions finished: the same command with --resume "
+                     "continues it)")
+        print(line, file=sys.stderr)
         return 130 if isinstance(exc, KeyboardInterrupt) else 143
     except Exception as exc:  # noqa: BLE001 - the CLI reports every failure in one line, exit 1
         _quiet_shutdown()

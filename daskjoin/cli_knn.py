@@ -29,6 +29,8 @@ def add_commands(sub, command) -> None:
     p.add_argument("--jobs", type=int, default=None, help="batch jobs to submit with --cluster slurm|pbs (default: 1)")
     p.add_argument("--out", required=True, help="output directory of Parquet files")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run to --out (refused if the inputs or parameters differ)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -55,10 +57,11 @@ def _knn(args) -> int:
     from .cli import _client
     from .planning.knn import check_k
 
-    common, src_a, src_b = _checked(args, out=args.out, overwrite=args.overwrite)
+    common, src_a, src_b = _checked(args, out=args.out, overwrite=args.overwrite, resume=args.resume)
     check_k(args.k, (src_a if src_b is None else src_b).n, src_b is None)  # before a cluster starts
-    dj.api.check_output(args.out, args.overwrite, dj.api.protected_paths(src_a, src_b))
-    result = dj.knn_join(args.a, args.b, out=args.out, overwrite=args.overwrite, client=_client(args),
+    dj.api.check_output(args.out, args.overwrite, dj.api.protected_paths(src_a, src_b), args.resume)
+    result = dj.knn_join(args.a, args.b, out=args.out, overwrite=args.overwrite, resume=args.resume,
+                         client=_client(args),
                          progress=not args.quiet, **common)
     print(result)
     return 0

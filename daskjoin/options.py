@@ -185,6 +185,8 @@ OPTIONS = (
            help="pairs, or only their exact count"),
     Option("out", path_or_none, flag="--out", help="write Parquet here"),
     Option("overwrite", boolean, flag="--overwrite", help="replace an existing out"),
+    Option("resume", boolean, ("epsilon", "knn"), flag="--resume",
+           help="continue an interrupted run to out (a finished one: nothing to do)"),
     Option("progress", boolean, flag="--quiet", help="show a progress bar"),
     Option("memory_budget", budget, flag="--memory-budget", help="memory one task may use"),
     Option("gpu_options", gpu_options, ("epsilon", "sets"), help="tuning of the GPU driver (keys per kind and method)"),
@@ -211,6 +213,9 @@ RULES = (
     Rule(("output", "out"), lambda v: v["output"] == "pairs" and v["out"] is None,
          {"cli": "{command} needs --out PATH for the Parquet output, or --count to print the number of pairs"}),
     # overwrite without out is fine (nothing to replace)
+    Rule(("resume", "out"), lambda v: v["resume"] and v["out"] is None,
+         {"api": "resume=True continues an interrupted run that wrote Parquet: pass the same out=PATH",
+          "cli": "--resume continues an interrupted run that wrote Parquet: pass the same --out PATH"}),
 )
 
 

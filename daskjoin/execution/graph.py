@@ -36,7 +36,7 @@ def to_dataframe(job, parts, *, client=None, cache_key=None, owner=None):
     if not parts:
         frame = dd.from_pandas(meta_frame(job.value), npartitions=1)
     else:
-        frame = dd.from_map(partition_frame, list(parts), args=[_shipped(client, job)], meta=meta_frame(job.value),
+        frame = dd.from_map(partition_frame, list(parts), args=[_shipped(client, job, broadcast=True)], meta=meta_frame(job.value),
                             label=job.label, enforce_metadata=False)
     if cache_key is not None:
         CACHE.put("frames", cache_key, (owner, frame))
@@ -50,25 +50,61 @@ def _needs_scatter(client, job) -> bool:
         job.in_memory_bytes() > SCATTER_BYTES
 
 
-def _shipped(client, job):
-    """The job as tasks get it: its future where it is scattered (:func:`_needs_scatter`), else itself."""
+def _shipped(client, job, *, broadcast: bool = False):
+    """The job as tasks get it: its future where it is scattered (:func:`_needs_scatter`), else itself.
+
+    ``broadcast``: a copy on every worker (a lazy frame's graph holds the future, and no one is there
+    to send it again when a worker dies: a copy elsewhere survives)."""
     if not _needs_scatter(client, job):
         return job
-    [future] = client.scatter([job], hash=False)
+    [future] = client.scatter([job], hash=False, broadcast=broadcast)
     return future
 
 
-def _submit(client, func, job, parts, **kwargs):
+#: times a join's in-memory job is sent again after the workers holding it died
+MAX_RESENDS = 8
+
+
+class _Shipment:
+    """The job sent to the workers once, and again whenever the worker holding it died.
+
+    A scattered job has no recipe the scheduler could rerun: when its only holder dies, the tasks
+    that need it are cancelled (``wait_all`` submits them again, and they ask here for a live copy).
+    """
+
+    def __init__(self, client, job):
+        self.client, self.job = client, job
+        self.future = None
+        self.sends = 0
+
+    def get(self):
+        if not _needs_scatter(self.client, self.job):
+            return self.job
+        if self.future is None or self.future.status != "finished":
+            if self.sends > MAX_RESENDS:
+                raise RuntimeError(f"the join's input was lost with its workers {self.sends} times; giving up")
+            self.future = _shipped(self.client, self.job)
+            self.sends += 1
+        return self.future
+
+
+def _run(client, func, job, parts, *, progress: bool, desc: str, tally, on_result=None, **kwargs) -> list:
+    """Every partition's task, results in the order of ``parts`` (see :func:`.progress.wait_all`)."""
     raise_if_interrupted()  # one that landed where it could not raise (see .progress)
-    return client.map(func, list(parts), job=_shipped(client, job), pure=False, **kwargs)
+    shipment = _Shipment(client, job)
+
+    def submit(items):
+        return client.map(func, items, job=shipment.get(), pure=False, **kwargs)
+
+    return wait_all(client, submit, list(parts), progress=progress, desc=desc, tally=tally, on_result=on_result)
 
 
 def count(job, parts, client, *, progress: bool = False) -> int:
     """The exact number of pairs; no pairs are materialised."""
     if not parts:
         return 0
-    futures = _submit(client, partition_count, job, parts)
-    return int(sum(wait_all(client, futures, progress=progress, desc="counting", tally=lambda n: (n, 0))))
+    return int(sum(_run(client, partition_count, job, parts, progress=progress, desc="counting",
+                        tally=lambda n: (n, 0))))
 
 
 def _tally_files(entries) -> tuple[int, int]:
@@ -77,13 +113,20 @@ def _tally_files(entries) -> tuple[int, int]:
 
 def write_parquet(job, parts, client, run: parquet_out.OutputRun, *, progress: bool = False,
                   extra: dict | None = None) -> dict:
-    """Each partition to its own Parquet file in ``run``'s staging directory, then the commit; returns the manifest."""
+    """Each partition to its own Parquet files in ``run``'s staging directory, then the commit; returns the manifest.
+
+    Partitions ``run`` already holds as finished (a resumed run: ``run.done``) are not computed again;
+    each partition is recorded in the run as it finishes.
+    """
     start = time.perf_counter()
-    entries = []
-    if parts:
-        futures = _submit(client, partition_to_parquet, job, parts, out_dir=run.staging)
-        done = wait_all(client, futures, progress=progress, desc="joining", tally=_tally_files)
-        entries = [e for task in done for e in task]
+    todo = [p for p in parts if p.index not in run.done]
+    resumed = len(parts) - len(todo)
+    if todo:
+        _run(client, partition_to_parquet, job, todo, out_dir=run.staging, progress=progress, desc="joining",
+             tally=_tally_files, on_result=lambda k, entries: run.record_done(todo[k].index, entries))
+    entries = [e for p in parts for e in run.done[p.index]]
     tasks = {"compute_s": round(sum(e.get("compute_s", 0.0) for e in entries), 3),
              "write_s": round(sum(e.get("write_s", 0.0) for e in entries), 3)}
+    if resumed:
+        tasks["resumed_partitions"] = resumed
     return run.commit(entries, {**(extra or {}), "seconds": round(time.perf_counter() - start, 3), "tasks": tasks})

@@ -37,50 +37,85 @@ def _postfix(pairs: int, nbytes: int, seconds: float) -> str:
     return text + (f", {format_bytes(nbytes)} written" if nbytes else "")
 
 
-def wait_all(client, futures, *, progress: bool = False, desc: str = "tasks", tally=None) -> list:
-    """Results of ``futures`` in submission order; a failed task raises its own error.
+#: times one partition's task is sent again after a lost worker took its input with it
+MAX_RESUBMITS = 4
 
-    ``tally(result) -> (pairs, bytes)``: what a finished task adds to the bar's pairs found,
-    pairs/s and bytes written.
+
+def _lost(future) -> bool:
+    """A Dask task cancelled by the scheduler, not by us: the worker holding its (scattered) input died."""
+    return getattr(future, "status", None) == "cancelled"
+
+
+def _as_completed(client, futures):
+    if hasattr(client, "as_completed"):  # the in-process runner (concurrent.futures): nothing is ever lost
+        return client.as_completed(futures)
+    from distributed import as_completed
+
+    return as_completed(futures, loop=client.loop)
+
+
+def wait_all(client, submit, items, *, progress: bool = False, desc: str = "tasks", tally=None,
+             on_result=None) -> list:
+    """Run ``submit(items) -> futures`` and return the results in the order of ``items``; a failed task
+    raises its own error, and every other task is cancelled.
+
+    A task the scheduler cancelled because the worker holding its input died (the scattered job of an
+    in-memory join; the scheduler itself reruns tasks whose worker died) is submitted again, at most
+    :data:`MAX_RESUBMITS` times each (``submit`` sends the input again).  Results are fetched as
+    tasks finish, so a result held by a worker that dies later is not lost.  ``tally(result) ->
+    (pairs, bytes)``: what a finished task adds to the bar; ``on_result(k, result)``: called as
+    item ``k`` finishes (a resumable run records it).
     """
     import time
 
     bar = None
     pairs = nbytes = 0
     start = time.perf_counter()
+    waiting: dict = {}  # future -> index of its item
+    results: list = [None] * len(items)
+    tries = [0] * len(items)
     try:
         raise_if_interrupted()
-        if progress and futures:
+        if not items:
+            return []
+        for k, future in enumerate(submit(list(items))):
+            waiting[future] = k
+        if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(futures), desc=desc, unit="task")
-            # the in-process runner has its own (concurrent.futures); a Dask client needs its loop
-            if hasattr(client, "as_completed"):
-                completed = client.as_completed(futures)
-            else:
-                from distributed import as_completed
-
-                completed = as_completed(futures, loop=client.loop)
-            for future in completed:
-                result = None
-                # a failed task raises its own exception here (a Dask future's result is fetched only when needed)
-                if tally is not None or getattr(future, "status", "error") == "error":
-                    result = future.result()
-                raise_if_interrupted()
-                if tally is not None:
-                    got = tally(result)
-                    pairs, nbytes = pairs + got[0], nbytes + got[1]
-                    bar.set_postfix_str(_postfix(pairs, nbytes, time.perf_counter() - start), refresh=False)
+            bar = tqdm(total=len(items), desc=desc, unit="task")
+        completed = _as_completed(client, list(waiting))
+        for future in completed:
+            k = waiting.pop(future)
+            if _lost(future):
+                tries[k] += 1
+                if tries[k] > MAX_RESUBMITS:
+                    raise RuntimeError(f"task {k} of {desc} was lost with its worker {tries[k]} times; giving up")
+                [again] = submit([items[k]])
+                waiting[again] = k
+                completed.add(again)
+                continue
+            result = results[k] = future.result()  # a failed task raises its own exception here
+            del future
+            raise_if_interrupted()
+            if on_result is not None:
+                on_result(k, result)
+            if tally is not None and bar is not None:
+                got = tally(result)
+                pairs, nbytes = pairs + got[0], nbytes + got[1]
+                bar.set_postfix_str(_postfix(pairs, nbytes, time.perf_counter() - start), refresh=False)
+            if bar is not None:
                 bar.update(1)
+        if bar is not None:
             bar.close()
-        return client.gather(futures)
+        return results
     except BaseException:
         if bar is not None:  # an unfinished bar is cleared: the error line says what happened
             bar.leave = False
             bar.close()
         # a failure or an interrupt: the other tasks stop too, so none goes on writing or computing
         try:
-            client.cancel(futures)
+            client.cancel(list(waiting))
         except Exception:  # noqa: BLE001 - a closing client: nothing left to cancel
             pass
         raise

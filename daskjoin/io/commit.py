@@ -62,8 +62,9 @@ def remove_path(path: str) -> None:
 OLD_TAG = "old-"
 
 
-def remove_temps(final: str) -> list[str]:
-    """Remove the temporaries of ``final`` left by killed writers; call only while holding its lock.
+def remove_temps(final: str, keep: str | None = None) -> list[str]:
+    """Remove the temporaries of ``final`` left by killed writers (all but the path ``keep``); call only while
+    holding its lock.
 
     An old version renamed aside by :func:`publish_dir` is put back first where ``final`` is
     missing (a writer killed between its two renames): it is the only copy.
@@ -76,8 +77,9 @@ def remove_temps(final: str) -> list[str]:
             if is_temp_of(entry, name) and entry[len(name) + 1 + len(TEMP_MARK):].startswith(OLD_TAG) \
                     and not os.path.lexists(final):
                 os.rename(os.path.join(folder, entry), final)
+        kept = None if keep is None else os.path.basename(os.path.abspath(keep))
         for entry in entries:
-            if is_temp_of(entry, name) and os.path.lexists(os.path.join(folder, entry)):
+            if is_temp_of(entry, name) and entry != kept and os.path.lexists(os.path.join(folder, entry)):
                 remove_path(os.path.join(folder, entry))
                 removed.append(entry)
     return removed

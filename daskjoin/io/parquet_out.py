@@ -8,7 +8,15 @@ else is.  ``_SUCCESS`` (JSON: run id, files, row counts, total) is written last 
 staging directory, so a directory with ``_SUCCESS`` at the output path is always one
 run's complete output.  With ``overwrite`` the previous output stays readable until the
 new one replaces it (see :func:`daskjoin.io.commit.publish_dir`).  A killed run leaves
-only its staging directory, which the next run to the same path removes.
+only its staging directory, which the next run to the same path removes, unless it resumes it.
+
+**Resume.**  A run writes its *record* (what was joined: inputs' fingerprints, parameters, the
+plan's partitions) into its staging directory as ``_RUN`` when it starts, and appends each
+finished partition's files to ``_DONE``.  An interrupted run (Ctrl-C, SIGTERM) keeps its
+staging directory, as a killed one does; a run with ``resume=True`` whose record equals that
+one's adopts it and computes only the partitions not recorded in ``_DONE`` with their files
+present at the recorded sizes, and refuses (naming what differs) when the records differ.  A
+committed output whose ``_SUCCESS`` holds an equal record makes a resumed run a no-op.
 
 Part files have deterministic names (``part-PPPPP-KKKKK.parquet``: partition, piece of a fixed
 number of rows) and are written under a temporary name and renamed, so a retried task
@@ -33,6 +41,9 @@ from . import commit
 
 SUCCESS = "_SUCCESS"
 PART_PREFIX = "part-"
+RUN_RECORD = "_RUN"  # a run's record, in its staging directory (not published)
+DONE_LOG = "_DONE"  # one JSON line per finished partition (not published)
+STAGING_TAG = "run-"
 
 
 DISTANCE = ("dist", "float32")
@@ -208,15 +219,23 @@ class OutputRun:
     is removed, the old output, if any, is untouched); :meth:`commit` publishes.
     """
 
-    def __init__(self, path: str, overwrite: bool):
+    def __init__(self, path: str, overwrite: bool, resume: bool = False):
         self.path = os.path.abspath(path)
         self.overwrite = bool(overwrite)
+        self.resume = bool(resume)
         self.run_id = uuid.uuid4().hex[:12]
-        self.staging = commit.temp_path(self.path, f"run-{self.run_id}")
+        self.staging = commit.temp_path(self.path, f"{STAGING_TAG}{self.run_id}")
         note = json.dumps({"run": self.run_id, "pid": os.getpid(), "host": socket.gethostname(),
                            "started": time.strftime("%Y-%m-%d %H:%M:%S")})
         self._lock = commit.FileLock(commit.lock_path(self.path), blocking=False, note=note)
         self._open = False
+        #: what a resumed run found: the committed manifest at the path, or an interrupted run's record
+        self.finished: dict | None = None
+        self.previous: dict | None = None
+        self._previous_dir: str | None = None
+        #: partition index -> its manifest entries, recorded as finished (by an interrupted run, then this one)
+        self.done: dict[int, list[dict]] = {}
+        self.record: dict | None = None
 
     def __enter__(self) -> "OutputRun":
         try:
@@ -230,12 +249,17 @@ class OutputRun:
                 f"output path {self.path!r} is being written by another daskjoin run ({_holder(exc)}); {hint}"
             ) from None
         try:
+            if self.resume and os.path.isfile(os.path.join(self.path, SUCCESS)):
+                self.finished = read_manifest(self.path)
             if os.path.lexists(self.path):  # looked at again now that no one else can commit
-                if not self.overwrite:
+                if not self.overwrite and self.finished is None:
                     raise InputError(f"output path {self.path!r} already exists (another run wrote it meanwhile); "
                                      "choose another path or pass overwrite=True")
-                check_replaceable(self.path)
-            commit.remove_temps(self.path)  # staging directories of killed runs
+                if self.overwrite:
+                    check_replaceable(self.path)
+            if self.resume and self.finished is None:
+                self._find_previous()
+            commit.remove_temps(self.path, keep=self._previous_dir)  # staging directories of killed runs
             os.mkdir(self.staging)
         except BaseException:
             self._lock.release()
@@ -243,18 +267,109 @@ class OutputRun:
         self._open = True
         return self
 
+    def _find_previous(self) -> None:
+        """The newest staging directory of an earlier run of this path that left its record."""
+        folder, name = os.path.split(self.path)
+        found = []
+        for entry in os.listdir(folder):
+            if commit.is_temp_of(entry, name) and entry.split(commit.TEMP_MARK, 1)[1].startswith(STAGING_TAG):
+                record = _read_json(os.path.join(folder, entry, RUN_RECORD))
+                if record is not None:
+                    found.append((os.path.getmtime(os.path.join(folder, entry, RUN_RECORD)), entry, record))
+        if found:
+            _, entry, self.previous = max(found)
+            self._previous_dir = os.path.join(folder, entry)
+
+    def start(self, record: dict) -> str:
+        """Begin with this run's ``record`` (JSON types only); returns "finished", "resumed" or "new".
+
+        "finished": the committed output holds this very join (nothing to do: :meth:`close_finished`);
+        "resumed": an interrupted run of this join is adopted, :attr:`done` lists its finished
+        partitions.  Raises :class:`InputError` where a resumed run's record differs from what it
+        found, naming the differences.
+        """
+        record = json.loads(json.dumps(record))  # as it reads back from the file
+        self.record = record
+        if self.finished is not None:
+            if self.finished.get("record") == record:
+                return "finished"
+            if not self.overwrite:
+                _refuse_if_different(self.finished.get("record"), record, self.path, "the committed output")
+            self.finished = None  # another join's output, to be replaced
+        if self.previous is not None and self.previous != record:
+            if not self.overwrite:
+                _refuse_if_different(self.previous, record, self.path, "the interrupted run")
+            commit.remove_path(self._previous_dir)  # another join's: starting afresh, as overwrite asks
+            self.previous = self._previous_dir = None
+        if self.previous is not None:
+            os.rmdir(self.staging)
+            self.staging, self.run_id = self._previous_dir, self._previous_dir.rsplit(STAGING_TAG, 1)[1]
+            self.done = self._recorded_done()
+            return "resumed"
+        commit.write_bytes(os.path.join(self.staging, RUN_RECORD), json.dumps(record, sort_keys=True).encode())
+        return "new"
+
+    def _recorded_done(self) -> dict[int, list[dict]]:
+        """Partitions the interrupted run finished whose files are all there at their recorded sizes; the files
+        of every other partition (and temporaries of killed writers) removed, so that they are written afresh."""
+        done = {}
+        try:
+            with open(os.path.join(self.staging, DONE_LOG)) as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            lines = []
+        for line in lines:
+            try:
+                item = json.loads(line)
+                done[int(item["partition"])] = list(item["files"])
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short by a kill
+        keep = {}
+        for index, entries in done.items():
+            sizes = {e["file"]: _size(os.path.join(self.staging, e["file"])) for e in entries}
+            if all(sizes[e["file"]] == e.get("bytes") for e in entries):
+                keep[index] = entries
+        wanted = {e["file"] for entries in keep.values() for e in entries} | {RUN_RECORD}
+        for entry in os.listdir(self.staging):
+            if entry not in wanted:
+                commit.remove_path(os.path.join(self.staging, entry))
+        self._rewrite_done(keep)
+        return keep
+
+    def _rewrite_done(self, done: dict) -> None:
+        lines = "".join(json.dumps({"partition": k, "files": v}) + "\n" for k, v in sorted(done.items()))
+        commit.write_bytes(os.path.join(self.staging, DONE_LOG), lines.encode())
+
+    def record_done(self, index: int, entries: list[dict]) -> None:
+        """Note partition ``index`` as finished with its files (a resumed run will not compute it again)."""
+        self.done[int(index)] = entries
+        with open(os.path.join(self.staging, DONE_LOG), "a") as f:
+            f.write(json.dumps({"partition": int(index), "files": entries}) + "\n")
+
+    def close_finished(self) -> dict:
+        """End a run that found its join already committed: the lock given back; returns the manifest."""
+        self.abort()
+        return self.finished
+
     def __exit__(self, exc_type, exc, tb) -> None:
         if self._open:
-            self.abort()
+            # interrupted (Ctrl-C, SIGTERM, exit): the staging directory is kept for a resumed run
+            interrupted = exc_type is not None and not issubclass(exc_type, Exception)
+            keep = interrupted and self.record is not None
+            if keep and exc is not None:  # what the CLI's one line tells
+                exc.resumable = (len(self.done), int(self.record.get("partitions", 0)))
+            self.abort(keep=keep)
 
-    def abort(self) -> None:
-        """Forget this run's output: its staging directory goes, the old output stays.
+    def abort(self, keep: bool = False) -> None:
+        """Forget this run's output: its staging directory goes (unless ``keep``), the old output stays.
 
         The staging directory is renamed first, so a task still running somewhere can no
         longer add files to it while it is removed.
         """
         self._open = False
         try:
+            if keep:
+                return
             dead = commit.temp_path(self.path, f"dead-{self.run_id}")
             try:
                 os.rename(self.staging, dead)
@@ -267,10 +382,14 @@ class OutputRun:
     def commit(self, entries: list[dict], extra: dict | None = None) -> dict:
         """Check the staging directory against ``entries``, write ``_SUCCESS``, publish; return the manifest."""
         entries = sorted(entries, key=lambda e: e["file"])
+        for name in (RUN_RECORD, DONE_LOG):  # a run's own notes are not published
+            commit.remove_path(os.path.join(self.staging, name))
         self._verify(entries)
         manifest = {"run": self.run_id, "files": [{"file": e["file"], "rows": e["rows"]} for e in entries],
                     "rows": int(sum(e["rows"] for e in entries)),
                     "bytes": int(sum(e.get("bytes") or 0 for e in entries)), **(extra or {})}
+        if self.record is not None:
+            manifest["record"] = self.record
         commit.write_bytes(os.path.join(self.staging, SUCCESS),
                            json.dumps(manifest, indent=1, sort_keys=True).encode())
         try:
@@ -337,6 +456,40 @@ def _holder(exc: commit.LockBusy) -> str:
     if not info:
         return "its lock file is held"
     return f"run {info.get('run')}, pid {info.get('pid')} on {info.get('host')}, started {info.get('started')}"
+
+
+def _read_json(path: str):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _size(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return None
+
+
+def _refuse_if_different(found: dict | None, wanted: dict, path: str, what: str) -> None:
+    """An :class:`InputError` naming each field of the records that differs (None: no record to compare)."""
+    if found == wanted:
+        return
+    if found is None:
+        raise InputError(f"cannot resume {path!r}: {what} there recorded no description of its join (written by "
+                         "an older daskjoin); pass overwrite=True (--overwrite) to replace it")
+    keys = sorted(set(found) | set(wanted))
+    diff = "; ".join(f"{k}: {_short(found.get(k))} there, {_short(wanted.get(k))} now"
+                     for k in keys if found.get(k) != wanted.get(k))
+    raise InputError(f"cannot resume {path!r}: this join differs from {what} ({diff}); run it as it was, or "
+                     "pass overwrite=True (--overwrite) to start afresh")
+
+
+def _short(value) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def read_manifest(path: str) -> dict:
