@@ -129,4 +129,7 @@ def write_parquet(job, parts, client, run: parquet_out.OutputRun, *, progress: b
              "write_s": round(sum(e.get("write_s", 0.0) for e in entries), 3)}
     if resumed:
         tasks["resumed_partitions"] = resumed
+    retries = sum(e.get("memory_retries", 0) for e in entries)
+    if retries:
+        tasks["memory_retries"] = retries
     return run.commit(entries, {**(extra or {}), "seconds": round(time.perf_counter() - start, 3), "tasks": tasks})

@@ -67,6 +67,7 @@ def wait_all(client, submit, items, *, progress: bool = False, desc: str = "task
     item ``k`` finishes (a resumable run records it).
     """
     import time
+    from concurrent.futures import CancelledError  # distributed's FutureCancelledError derives from it
 
     bar = None
     pairs = nbytes = 0
@@ -87,7 +88,14 @@ def wait_all(client, submit, items, *, progress: bool = False, desc: str = "task
         completed = _as_completed(client, list(waiting))
         for future in completed:
             k = waiting.pop(future)
-            if _lost(future):
+            try:
+                lost = _lost(future)
+                if not lost:
+                    result = results[k] = future.result()  # a failed task raises its own exception here
+            except CancelledError:
+                lost = True  # finished, but its result died with its worker before it was fetched
+            del future
+            if lost:
                 tries[k] += 1
                 if tries[k] > MAX_RESUBMITS:
                     raise RuntimeError(f"task {k} of {desc} was lost with its worker {tries[k]} times; giving up")
@@ -95,8 +103,6 @@ def wait_all(client, submit, items, *, progress: bool = False, desc: str = "task
                 waiting[again] = k
                 completed.add(again)
                 continue
-            result = results[k] = future.result()  # a failed task raises its own exception here
-            del future
             raise_if_interrupted()
             if on_result is not None:
                 on_result(k, result)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import sys
 import threading
@@ -30,6 +31,7 @@ from .. import config
 from .pair_order import sorted_pieces, sorted_whole
 
 PAIR_ROW_BYTES = 20
+logger = logging.getLogger(__name__)
 
 
 def meta_frame(value: tuple | None = ("dist", "float32")):
@@ -84,7 +86,9 @@ def sort_rows(job=None) -> int:
         rows = config.parse_bytes(setting) // PAIR_ROW_BYTES
         if by_budget is not None:
             rows = min(rows, by_budget)
-    return max(1, rows)
+    from ..kernels.memory import share
+
+    return max(1, int(rows * share()))  # a smaller share in a task retried after running out of memory
 
 
 def _sorted_pieces(job, part):
@@ -153,29 +157,59 @@ class _GpuTurn:
             _GPU_TASK.release()
 
 
+#: times a task that ran out of memory is run again, each time with half the memory share before
+MEMORY_RETRIES = 3
+
+
+def _free_device_memory() -> None:
+    if "cupy" in sys.modules:
+        from ..kernels.gpu_common import free_device_memory
+
+        free_device_memory()
+
+
 def _task_body(func):
     """Every task: the worker's Numba share first; on failure its cached GPU memory given back and
     the partition named (a note on the exception, kept when it travels back to the client), so
-    one line can say what failed without a worker traceback."""
+    one line can say what failed without a worker traceback.
+
+    A task that runs out of memory (host or GPU) is run again with half the memory share
+    (:mod:`daskjoin.kernels.memory`: smaller batches, sort and device buffers), at most
+    :data:`MEMORY_RETRIES` times.  What a failed attempt produced is dropped whole (a Parquet
+    partition's pieces are removed by ``write_partition``), so a retry never duplicates output.
+    """
+    from ..kernels.memory import out_of_memory, reduced
 
     @functools.wraps(func)
     def run(part, job, *args, **kwargs):
         _set_threads()
-        turn = _GpuTurn(job)
-        try:
-            return func(part, job, *args, turn=turn, **kwargs)
-        except Exception as exc:
-            if "cupy" in sys.modules:
-                from ..kernels.gpu_common import free_device_memory
-
-                free_device_memory()
-            if hasattr(exc, "add_note"):
-                exc.add_note(f"in {describe_part(part)}")
-            raise
-        finally:
-            turn.release()
+        for attempt in range(MEMORY_RETRIES + 1):
+            turn = _GpuTurn(job)
+            try:
+                with reduced(0.5 ** attempt):
+                    result = func(part, job, *args, turn=turn, **kwargs)
+                return _note_retries(result, attempt)
+            except Exception as exc:
+                _free_device_memory()
+                if out_of_memory(exc) and attempt < MEMORY_RETRIES:
+                    logger.warning("%s ran out of memory (%s: %s); again with smaller batches (%d of %d)",
+                                   describe_part(part), type(exc).__name__, exc, attempt + 1, MEMORY_RETRIES)
+                    continue
+                if hasattr(exc, "add_note"):
+                    more = f" (after {attempt} retries with less memory)" if attempt else ""
+                    exc.add_note(f"in {describe_part(part)}{more}")
+                raise
+            finally:
+                turn.release()
 
     return run
+
+
+def _note_retries(result, attempts: int):
+    """A Parquet task's entries say how often it was run again (the manifest sums them)."""
+    if attempts and isinstance(result, list) and result and isinstance(result[0], dict):
+        result[0]["memory_retries"] = attempts
+    return result
 
 
 @_task_body

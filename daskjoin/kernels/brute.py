@@ -11,6 +11,7 @@ import numba
 import numpy as np
 
 from .exact import eps_squared, within
+from .memory import pair_buffers
 from .parallel_guard import serialised
 from .registry import bounded_ranges, split_batch
 
@@ -82,7 +83,7 @@ class BruteJoin:
 
     def _fill(self, row0: int, row1: int, offsets: np.ndarray, with_distance: bool):
         size = int(offsets[row1] - offsets[row0])
-        oi, oj, od = np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.float32)
+        oi, oj, od = pair_buffers(size)
         if size:
             with serialised():
                 _fill_rows(self.a, self.b, self.selfjoin, self.eps2, row0, row1, offsets, oi, oj, od)

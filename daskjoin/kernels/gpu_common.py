@@ -140,10 +140,13 @@ def free_device_memory() -> None:
 
 
 def device_budget_bytes(fraction: float = 0.5) -> int:
-    """A share of the device's free memory, for sizing output batches."""
+    """A share of the device's free memory, for sizing output batches (smaller in a task retried after
+    running out of memory: :func:`daskjoin.kernels.memory.share`)."""
+    from .memory import share
+
     cp = cupy()
     free, _total = cp.cuda.runtime.memGetInfo()
-    return int(free * fraction)
+    return int(free * fraction * share())
 
 
 def as_float64_contiguous(x) -> "object":

@@ -24,6 +24,7 @@ import numpy as np
 
 from .exact import eps_squared, within
 from .grid_index import boundary_slack, build_index, choose_grid
+from .memory import pair_buffers
 from .parallel_guard import serialised
 from .registry import bounded_ranges, split_batch
 from .summary import column_bounds
@@ -382,7 +383,7 @@ class GridJoin:
         offsets = np.zeros(cells.shape[0] + 1, np.int64)
         np.cumsum(counts, out=offsets[1:])
         size = int(offsets[-1])
-        oi, oj, od = np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.float32)
+        oi, oj, od = pair_buffers(size)
         if size:
             with serialised():
                 _fill_cells(*self._args(), cells, offsets, oi, oj, od)
@@ -406,7 +407,7 @@ class GridJoin:
         Half the work of count-then-fill when the estimate holds; cells whose lane filled up are
         left for an exact count and fill.
         """
-        bi, bj, bd = np.empty(cap * LANES, np.int64), np.empty(cap * LANES, np.int64), np.empty(cap * LANES, np.float32)
+        bi, bj, bd = pair_buffers(cap * LANES)
         used = np.zeros(LANES, np.int64)
         stop_at = np.full(LANES, -1, np.int64)
         with serialised():
@@ -469,7 +470,7 @@ class GridJoin:
             offsets = np.zeros(t1 - t0 + 1, np.int64)
             np.cumsum(counts[t0:t1], out=offsets[1:])
             size = int(offsets[-1])
-            oi, oj, od = np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.float32)
+            oi, oj, od = pair_buffers(size)
             if size:
                 with serialised():
                     _fill_points(*args, c, a0 + t0, offsets, oi, oj, od)
