@@ -15,9 +15,13 @@ import numpy as np
 import pytest
 
 import daskjoin as dj
+from daskjoin.execution.inprocess import in_process
 from daskjoin.io import commit
 from daskjoin.kernels import memory
 from joinhelpers import write_zarr
+
+#: tests that hook this process's allocations run their tasks here, whatever client is current
+HERE = in_process()
 
 EPS = 0.01
 
@@ -48,7 +52,7 @@ def reference(store, tmp_path_factory):
     """The part files of an undisturbed run."""
     x, path = store
     out = tmp_path_factory.mktemp("ref") / "pairs.parquet"
-    dj.similarity_join(path, eps=EPS, out=out, memory_budget="1MiB", backend="cpu")
+    dj.similarity_join(path, eps=EPS, out=out, memory_budget="1MiB", backend="cpu", client=HERE)
     return _files(out)
 
 
@@ -57,7 +61,7 @@ def test_a_failed_allocation_is_retried_with_smaller_batches(store, reference, t
     x, path = store
     out = tmp_path / "pairs.parquet"
     memory.fail_allocation(nth)
-    result = dj.similarity_join(path, eps=EPS, out=out, memory_budget="1MiB", backend="cpu")
+    result = dj.similarity_join(path, eps=EPS, out=out, memory_budget="1MiB", backend="cpu", client=HERE)
     assert memory.failures() == 1
     assert result.tasks["memory_retries"] == 1
     assert _files(out) == reference, "a retried partition wrote other bytes (or duplicated a piece)"
@@ -66,9 +70,9 @@ def test_a_failed_allocation_is_retried_with_smaller_batches(store, reference, t
 
 def test_a_frame_task_is_retried_too(store):
     x, path = store
-    expected = dj.similarity_join(path, eps=EPS, memory_budget="1MiB", backend="cpu").compute()
+    expected = dj.similarity_join(path, eps=EPS, memory_budget="1MiB", backend="cpu", client=HERE).compute(scheduler="threads")
     memory.fail_allocation(3)
-    got = dj.similarity_join(path, eps=EPS, memory_budget="1MiB", backend="cpu").compute()
+    got = dj.similarity_join(path, eps=EPS, memory_budget="1MiB", backend="cpu", client=HERE).compute(scheduler="threads")
     assert memory.failures() == 1
     assert got.reset_index(drop=True).equals(expected.reset_index(drop=True))
 
@@ -78,7 +82,7 @@ def test_retries_are_bounded_and_leave_nothing(store, tmp_path):
     out = tmp_path / "pairs.parquet"
     memory.fail_allocation(1, every=True)
     with pytest.raises(MemoryError) as info:
-        dj.similarity_join(path, eps=EPS, out=out, memory_budget="1MiB", backend="cpu")
+        dj.similarity_join(path, eps=EPS, out=out, memory_budget="1MiB", backend="cpu", client=HERE)
     from daskjoin.execution.task import MEMORY_RETRIES
 
     assert memory.failures() >= MEMORY_RETRIES + 1
@@ -135,7 +139,8 @@ def test_gpu_allocation_failure_is_retried(store, reference, tmp_path, method, n
     x, path = store
     out = tmp_path / "pairs.parquet"
     memory.fail_allocation(nth)
-    result = dj.similarity_join(path, eps=EPS, out=out, memory_budget="1MiB", backend="gpu", method=method)
+    result = dj.similarity_join(path, eps=EPS, out=out, memory_budget="1MiB", backend="gpu", method=method,
+                                client=HERE)
     assert memory.failures() == 1
     assert result.tasks.get("memory_retries") == 1
     assert _files(out) == reference
@@ -150,7 +155,7 @@ def test_gpu_retries_are_bounded_and_give_the_memory_back(store, tmp_path):
     out = tmp_path / "pairs.parquet"
     memory.fail_allocation(4, every=True)
     with pytest.raises(MemoryError) as info:
-        dj.similarity_join(path, eps=EPS, out=out, memory_budget="1MiB", backend="gpu")
+        dj.similarity_join(path, eps=EPS, out=out, memory_budget="1MiB", backend="gpu", client=HERE)
     assert isinstance(info.value, cp.cuda.memory.OutOfMemoryError)
     assert any("retries with less memory" in note for note in info.value.__notes__)
     assert cp.get_default_memory_pool().used_bytes() == 0

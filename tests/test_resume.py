@@ -18,11 +18,15 @@ import pyarrow.parquet as pq
 import pytest
 
 import daskjoin as dj
+from daskjoin.execution.inprocess import in_process
 from clihelpers import _env, _explain, run_cli
 from daskjoin.execution import task as task_module
 from daskjoin.io import commit, parquet_out
 from daskjoin.validation import InputError
 from joinhelpers import write_zarr
+
+#: tests that count or hook this process's tasks run them here, whatever client is current
+HERE = in_process()
 
 pytestmark = pytest.mark.integration
 
@@ -99,12 +103,12 @@ def _count_tasks(monkeypatch) -> list:
 def test_resume_computes_only_the_unfinished_partitions(points, tmp_path, monkeypatch):
     x, path = points
     out = tmp_path / "pairs.parquet"
-    plan = dj.plan_join(path, eps=EPS, memory_budget=BUDGET)
+    plan = dj.plan_join(path, eps=EPS, memory_budget=BUDGET, client=HERE)
     assert plan.ntasks >= 8
     with monkeypatch.context() as m:
         _interrupt_after(m, 3)
         with pytest.raises(KeyboardInterrupt) as info:
-            dj.similarity_join(path, eps=EPS, out=out, memory_budget=BUDGET)
+            dj.similarity_join(path, eps=EPS, out=out, memory_budget=BUDGET, client=HERE)
     finished, total = info.value.resumable
     assert finished >= 3 and total == plan.ntasks
     assert not out.exists()
@@ -113,7 +117,7 @@ def test_resume_computes_only_the_unfinished_partitions(points, tmp_path, monkey
     assert len(recorded) == finished
     with monkeypatch.context() as m:
         seen = _count_tasks(m)
-        result = dj.similarity_join(path, eps=EPS, out=out, resume=True)  # the recorded budget is used
+        result = dj.similarity_join(path, eps=EPS, out=out, resume=True, client=HERE)  # the recorded budget
     assert result.status == "resumed" and result.tasks["resumed_partitions"] == finished
     assert sorted(seen) == sorted(set(range(plan.ntasks)) - recorded), "a finished partition was computed again"
     _check(out, x)
@@ -124,7 +128,7 @@ def test_resume_computes_only_the_unfinished_partitions(points, tmp_path, monkey
     mtimes = {n: os.stat(out / n).st_mtime_ns for n in os.listdir(out)}
     with monkeypatch.context() as m:
         seen = _count_tasks(m)
-        again = dj.similarity_join(path, eps=EPS, out=out, memory_budget=BUDGET, resume=True)
+        again = dj.similarity_join(path, eps=EPS, out=out, memory_budget=BUDGET, resume=True, client=HERE)
     assert again.status == "finished" and seen == [] and again.pairs == result.pairs
     assert "nothing to do" in str(again)
     assert {n: os.stat(out / n).st_mtime_ns for n in os.listdir(out)} == mtimes
@@ -136,7 +140,7 @@ def test_a_damaged_finished_partition_is_computed_again(points, tmp_path, monkey
     with monkeypatch.context() as m:
         _interrupt_after(m, 4)
         with pytest.raises(KeyboardInterrupt):
-            dj.similarity_join(path, eps=EPS, out=out, memory_budget=BUDGET)
+            dj.similarity_join(path, eps=EPS, out=out, memory_budget=BUDGET, client=HERE)
     [staging] = _leftovers(tmp_path)
     lines = [json.loads(line) for line in open(tmp_path / staging / parquet_out.DONE_LOG)]
     damaged = lines[0]["files"][0]["file"]
@@ -147,7 +151,7 @@ def test_a_damaged_finished_partition_is_computed_again(points, tmp_path, monkey
         f.write('{"partition": 7, "fil')  # a line cut short by a kill
     with monkeypatch.context() as m:
         seen = _count_tasks(m)
-        result = dj.similarity_join(path, eps=EPS, out=out, memory_budget=BUDGET, resume=True)
+        result = dj.similarity_join(path, eps=EPS, out=out, memory_budget=BUDGET, resume=True, client=HERE)
     assert lines[0]["partition"] in seen and lines[1]["partition"] in seen
     assert result.tasks["resumed_partitions"] == len(lines) - 2
     _check(out, x)
@@ -161,7 +165,7 @@ def test_resume_refuses_a_different_join(points, tmp_path, monkeypatch, change):
     with monkeypatch.context() as m:
         _interrupt_after(m, 2)
         with pytest.raises(KeyboardInterrupt):
-            dj.similarity_join(path, eps=EPS, out=out, memory_budget=BUDGET)
+            dj.similarity_join(path, eps=EPS, out=out, memory_budget=BUDGET, client=HERE)
     [staging] = _leftovers(tmp_path)
     kwargs = dict(eps=EPS, out=out, memory_budget=BUDGET, resume=True)
     source = path
@@ -178,12 +182,12 @@ def test_resume_refuses_a_different_join(points, tmp_path, monkeypatch, change):
 
         zarr.open_array(path, mode="r+")[5] = y[5]  # one chunk of the input rewritten in place
     with pytest.raises(InputError, match="cannot resume") as info:
-        dj.similarity_join(source, **kwargs)
+        dj.similarity_join(source, **kwargs, client=HERE)
     expected = {"eps": "eps:", "input": "inputs:", "with_distance": "with_distance:", "budget": "memory_budget:"}
     assert expected[change] in str(info.value)
     assert _leftovers(tmp_path) == [staging]  # the interrupted run is kept, untouched
     # overwrite: the other join starts afresh and replaces the interrupted run
-    result = dj.similarity_join(source, **{**kwargs, "overwrite": True})
+    result = dj.similarity_join(source, **{**kwargs, "overwrite": True}, client=HERE)
     assert result.status == "new"
     if change in ("budget", "with_distance"):
         _check(out, x)
@@ -193,19 +197,19 @@ def test_resume_refuses_a_different_join(points, tmp_path, monkeypatch, change):
 def test_resume_of_a_committed_different_join_is_refused(points, tmp_path):
     x, path = points
     out = tmp_path / "pairs.parquet"
-    dj.similarity_join(path, eps=EPS, out=out, memory_budget=BUDGET)
+    dj.similarity_join(path, eps=EPS, out=out, memory_budget=BUDGET, client=HERE)
     with pytest.raises(InputError, match="differs from the committed output.*eps: 0.01 there, 0.02 now"):
-        dj.similarity_join(path, eps=0.02, out=out, resume=True)
+        dj.similarity_join(path, eps=0.02, out=out, resume=True, client=HERE)
     _check(out, x)  # untouched
 
 
 def test_resume_without_an_interrupted_run_starts_afresh_and_needs_out(points, tmp_path):
     x, path = points
     out = tmp_path / "pairs.parquet"
-    assert dj.similarity_join(path, eps=EPS, out=out, resume=True).status == "new"
+    assert dj.similarity_join(path, eps=EPS, out=out, resume=True, client=HERE).status == "new"
     _check(out, x)
     with pytest.raises(InputError, match="resume=True continues an interrupted run"):
-        dj.similarity_join(path, eps=EPS, resume=True)
+        dj.similarity_join(path, eps=EPS, resume=True, client=HERE)
 
 
 def test_resume_on_a_dask_cluster_with_an_in_memory_input(client, tmp_path, monkeypatch):
@@ -281,16 +285,16 @@ def test_knn_join_resumes_too(tmp_path, monkeypatch):
     """The kNN-join writes through the same run: interrupted, resumed, equal to one uninterrupted run."""
     x = np.random.default_rng(13).random((6000, 3))
     path = write_zarr(tmp_path / "k.zarr", x, 500)
-    whole = dj.knn_join(path, k=5, out=tmp_path / "whole.parquet", memory_budget="1MiB")
+    whole = dj.knn_join(path, k=5, out=tmp_path / "whole.parquet", memory_budget="1MiB", client=HERE)
     assert whole.files >= 4
     out = tmp_path / "knn.parquet"
     with monkeypatch.context() as m:
         _interrupt_after(m, 2)
         with pytest.raises(KeyboardInterrupt):
-            dj.knn_join(path, k=5, out=out, memory_budget="1MiB")
+            dj.knn_join(path, k=5, out=out, memory_budget="1MiB", client=HERE)
     with pytest.raises(InputError, match="k: 5 there, 6 now"):
-        dj.knn_join(path, k=6, out=out, resume=True)
-    result = dj.knn_join(path, k=5, out=out, resume=True)
+        dj.knn_join(path, k=6, out=out, resume=True, client=HERE)
+    result = dj.knn_join(path, k=5, out=out, resume=True, client=HERE)
     assert result.status == "resumed" and result.tasks["resumed_partitions"] >= 2
     read = lambda p: pd.concat([pq.read_table(p / n).to_pandas() for n in sorted(os.listdir(p))  # noqa: E731
                                 if n.startswith("part-")], ignore_index=True)

@@ -10,6 +10,7 @@ import time
 from ..caches import CACHE
 from ..io import parquet_out
 from .progress import raise_if_interrupted, wait_all
+from .resources import gpu_placement
 from .task import meta_frame, partition_count, partition_frame, partition_to_parquet
 
 #: A job carrying more array data than this is scattered to the workers once instead of riding with each task.
@@ -92,18 +93,27 @@ def _run(client, func, job, parts, *, progress: bool, desc: str, tally, on_resul
     """Every partition's task, results in the order of ``parts`` (see :func:`.progress.wait_all`)."""
     raise_if_interrupted()  # one that landed where it could not raise (see .progress)
     shipment = _Shipment(client, job)
+    placement = gpu_placement(client, job)
+    # the largest partitions first (tasks start in the order they are submitted): the last tasks to
+    # finish are then small ones, not one large task that the others wait for
+    order = sorted(range(len(parts)), key=lambda k: -float(getattr(parts[k], "est_pairs", 0.0) or 0.0))
 
     def submit(items):
-        return client.map(func, items, job=shipment.get(), pure=False, **kwargs)
+        return client.map(func, items, job=shipment.get(), pure=False, **placement, **kwargs)
 
-    return wait_all(client, submit, list(parts), progress=progress, desc=desc, tally=tally, on_result=on_result)
+    results = wait_all(client, submit, [parts[k] for k in order], progress=progress, desc=desc, tally=tally,
+                       on_result=None if on_result is None else lambda k, result: on_result(order[k], result))
+    out = [None] * len(parts)
+    for k, result in zip(order, results):
+        out[k] = result
+    return out
 
 
 def count(job, parts, client, *, progress: bool = False) -> int:
     """The exact number of pairs; no pairs are materialised."""
     if not parts:
         return 0
-    return int(sum(_run(client, partition_count, job, parts, progress=progress, desc="counting",
+    return int(sum(_run(client, partition_count, job, list(parts), progress=progress, desc="counting",
                         tally=lambda n: (n, 0))))
 
 
@@ -119,7 +129,7 @@ def write_parquet(job, parts, client, run: parquet_out.OutputRun, *, progress: b
     each partition is recorded in the run as it finishes.
     """
     start = time.perf_counter()
-    todo = [p for p in parts if p.index not in run.done]
+    todo = [p for p in parts if p.index not in run.done]  # a resumed run's finished partitions are skipped
     resumed = len(parts) - len(todo)
     if todo:
         _run(client, partition_to_parquet, job, todo, out_dir=run.staging, progress=progress, desc="joining",

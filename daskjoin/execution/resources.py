@@ -78,3 +78,25 @@ def auto_budget(client, workers: dict | None = None) -> int:
         per_thread.append(limit / max(1, info.get("nthreads", 1)))
     share = min(per_thread) if per_thread else psutil.virtual_memory().total
     return int(min(16 << 30, max(256 << 20, share / 4)))
+
+
+#: the worker resource GPU workers declare (``dask cuda worker --resources GPU=1``, deploy/, :func:`.cluster.start_local_cuda`)
+GPU_RESOURCE = "GPU"
+
+
+def gpu_placement(client, job) -> dict:
+    """Where a job's tasks may run, as ``client.map`` keywords: GPU tasks (``backend="gpu"``) only on workers
+    that see a GPU.
+
+    Workers that declare the resource ``GPU`` (deploy/'s compose and batch-job workers do) are asked
+    for by resource, one GPU task at a time on each, so a restarted worker is used again; a cluster
+    whose GPU workers declare nothing names them by address.  CPU and ``auto`` tasks run anywhere
+    (an ``auto`` task picks its backend on the worker it lands on), so a cluster may mix both.
+    """
+    if getattr(client, "scheduler", None) is None or getattr(job, "backend", "cpu") != "gpu":
+        return {}
+    workers = worker_info(client)
+    if any((w.get("resources") or {}).get(GPU_RESOURCE) for w in workers.values()):
+        return {"resources": {GPU_RESOURCE: 1}}
+    seen = gpu_seen(client, workers)
+    return {"workers": sorted(addr for addr, has in seen.items() if has), "allow_other_workers": False}
