@@ -271,9 +271,10 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
                         client=client, gpu_options=opts["gpu_options"])
     if out is None:
         plan = _plan(checked, **plan_options, count_only=output == "count")
+        limit = device_limit(checked, plan)
         if output == "count":
-            return graph.count(JoinJob.from_plan(plan, False), plan.partitions, client, progress=progress)
-        return graph.to_dataframe(JoinJob.from_plan(plan, with_distance), plan.partitions, client=client,
+            return graph.count(JoinJob.from_plan(plan, False, limit), plan.partitions, client, progress=progress)
+        return graph.to_dataframe(JoinJob.from_plan(plan, with_distance, limit), plan.partitions, client=client,
                                   cache_key=(id(plan), with_distance), owner=plan)
     extra = lambda plan: {"eps": plan.eps, "method": plan.method, "partitioning": plan.partitioning,  # noqa: E731
                           "selfjoin": plan.selfjoin}
@@ -282,7 +283,7 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
         fields=("index", "a", "b", "self_part"), eps=float(plan.eps), selfjoin=plan.selfjoin,
         with_distance=bool(with_distance), memory_budget=int(plan.memory_budget))
     return write_join(out, overwrite, opts["resume"], checked, lambda c: _plan(c, **plan_options), record,
-                      lambda plan: JoinJob.from_plan(plan, with_distance), extra, client, progress)
+                      lambda plan, limit: JoinJob.from_plan(plan, with_distance, limit), extra, client, progress)
 
 
 def write_join(out, overwrite: bool, resume: bool, checked: tuple, make_plan, record, make_job, extra, client,
@@ -292,14 +293,22 @@ def write_join(out, overwrite: bool, resume: bool, checked: tuple, make_plan, re
     the partitions not already finished, the commit."""
     with OutputRun(out, overwrite, resume=resume) as run:
         start = time.perf_counter()
-        plan = make_plan(resumed_budget(checked, run))
+        checked = resumed_budget(checked, run)
+        plan = make_plan(checked)
         planned = time.perf_counter()
         status = run.start(record(plan))
         if status == "finished":
             return JoinResult.from_manifest(out, run.close_finished(), plan, planned - start, 0.0, status)
-        manifest = graph.write_parquet(make_job(plan), plan.partitions, client, run, progress=progress,
-                                       extra=extra(plan))
+        manifest = graph.write_parquet(make_job(plan, device_limit(checked, plan)), plan.partitions, client, run,
+                                       progress=progress, extra=extra(plan))
     return JoinResult.from_manifest(out, manifest, plan, planned - start, time.perf_counter() - planned, status)
+
+
+def device_limit(checked: tuple, plan) -> int:
+    """Device memory a GPU task may size its buffers from: the memory budget where one was given (a task
+    planned for 256 MB stays near 256 MB on the device too); 0 with the automatic budget, which is
+    reckoned from host memory (GPU tasks then size their buffers from the device memory free)."""
+    return 0 if checked[-1] == "auto" else int(plan.memory_budget)
 
 
 def resumed_budget(checked: tuple, run: OutputRun) -> tuple:

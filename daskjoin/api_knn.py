@@ -1,7 +1,7 @@
 """The kNN-join's entry points: validate -> plan -> execute (the same path as the ε-join's)."""
 from __future__ import annotations
 
-from .api import _open_inputs, check_output, protected_paths, write_join
+from .api import _open_inputs, check_output, device_limit, protected_paths, write_join
 from .execution import graph
 from .execution.cluster import ClusterRunner
 from .execution.resources import auto_budget, choose_backend, cluster_threads, worker_info
@@ -103,7 +103,7 @@ def knn_join(a, b=None, *, k, method: str = "auto", backend: str = "auto", outpu
     plan_options = dict(k=opts["k"], method=opts["method"], backend=opts["backend"], client=client)
     if out is None:
         plan = _plan(checked, **plan_options)
-        return graph.to_dataframe(KnnJob.from_plan(plan), plan.partitions, client=client)
+        return graph.to_dataframe(KnnJob.from_plan(plan, device_limit(checked, plan)), plan.partitions, client=client)
     extra = lambda plan: {"k": plan.k, "method": plan.method, "selfjoin": plan.selfjoin, "kind": "knn"}  # noqa: E731
     record = lambda plan: join_record("knn", (plan.a, plan.b), partitioning="queries", parts=plan.partitions,  # noqa: E731
                                       fields=("index", "a"), k=int(plan.k), selfjoin=plan.selfjoin,

@@ -33,7 +33,7 @@ EXAMPLES = {
 #: Modules whose ``add_commands(sub, command)`` adds subcommands (skipped while not present).
 EXTENSIONS = ("daskjoin.cli_sets", "daskjoin.cli_knn")
 
-CLUSTERS = ("local", "slurm", "pbs")
+CLUSTERS = ("local", "local-cuda", "slurm", "pbs")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -75,7 +75,8 @@ def _parser() -> argparse.ArgumentParser:
                            help="address of a running Dask scheduler (default: threads of this process)")
         if clusters:
             where.add_argument("--cluster", choices=CLUSTERS, default=None,
-                               help="local: a Dask cluster on this machine (worker processes); slurm or pbs: --jobs "
+                               help="local: a Dask cluster on this machine (worker processes); local-cuda: one "
+                                    "dask-cuda worker per GPU of this machine; slurm or pbs: --jobs "
                                     "batch jobs configured in dask config's jobqueue.slurm / jobqueue.pbs "
                                     "(deploy/hpc/jobqueue.yaml); default: threads of this process")
             p.add_argument("--jobs", type=int, default=None, help="batch jobs to submit with --cluster slurm|pbs (default: 1)")
@@ -131,14 +132,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _client(args):
-    from .execution.cluster import resolve_client, start_jobqueue, start_local
+    from .execution.cluster import resolve_client, start_jobqueue, start_local, start_local_cuda
     from .validation import InputError
 
     cluster = getattr(args, "cluster", None)
     jobs = getattr(args, "jobs", None)
-    if cluster in (None, "local"):
+    if cluster in (None, "local", "local-cuda"):
         if jobs is not None:
             raise InputError(f"--jobs {jobs} needs --cluster slurm or --cluster pbs (it counts batch jobs)")
+        if cluster == "local-cuda":
+            return start_local_cuda()
         return start_local() if cluster == "local" else resolve_client(address=args.scheduler)
     jobs = 1 if jobs is None else jobs
     if jobs < 1:

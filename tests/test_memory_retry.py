@@ -160,3 +160,28 @@ def test_gpu_retries_are_bounded_and_give_the_memory_back(store, tmp_path):
     assert any("retries with less memory" in note for note in info.value.__notes__)
     assert cp.get_default_memory_pool().used_bytes() == 0
     assert not out.exists() and _leftovers(tmp_path) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["grid", "brute"])
+def test_gpu_buffers_are_sized_within_a_given_budget(store, reference, tmp_path, monkeypatch, method):
+    """A budget given explicitly bounds what GPU drivers size their device buffers from."""
+    pytest.importorskip("cupy")
+    from daskjoin.kernels import gpu_common
+
+    asked = []
+    original = gpu_common.device_budget_bytes
+
+    def recording(fraction=0.5):
+        got = original(fraction)
+        asked.append((fraction, got))
+        return got
+
+    monkeypatch.setattr(gpu_common, "device_budget_bytes", recording)
+    for module in ("grid_gpu", "brute_gpu"):
+        monkeypatch.setattr(f"daskjoin.kernels.{module}.device_budget_bytes", recording)
+    x, path = store
+    out = tmp_path / "pairs.parquet"
+    dj.similarity_join(path, eps=EPS, out=out, memory_budget="1MiB", backend="gpu", method=method, client=HERE)
+    assert asked and all(got <= (1 << 20) * fraction for fraction, got in asked)
+    assert _files(out) == reference

@@ -91,6 +91,37 @@ def start_local():
     return _DEFAULT["client"]
 
 
+def start_local_cuda(**overrides):
+    """A client of one dask-cuda worker per GPU of this machine (``LocalCUDACluster``), each with one task
+    thread and the resource ``GPU=1``, by which GPU tasks are placed (:func:`.resources.gpu_placement`).
+
+    ``overrides`` go to ``LocalCUDACluster`` (e.g. ``CUDA_VISIBLE_DEVICES="0,1"``).  The cluster is
+    daskjoin's default until :func:`close_default` (also at exit).
+    """
+    from distributed import Client
+
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError as exc:
+        from ..validation import InputError
+
+        raise InputError("a local GPU cluster needs dask-cuda: pip install 'daskjoin[gpu]'") from exc
+    import dask.config
+
+    from .resources import GPU_RESOURCE
+
+    options = {"threads_per_worker": 1, "dashboard_address": ":0", "resources": {GPU_RESOURCE: 1},
+               "preload": [*dask.config.get("distributed.worker.preload", []), "daskjoin.execution.worker_setup"],
+               **overrides}
+    close_default()
+    with _workers_ignore_sigint(), _quiet_spawn():
+        cluster = LocalCUDACluster(**options)
+    _DEFAULT["cluster"] = cluster
+    _DEFAULT["client"] = Client(cluster, set_as_default=False)
+    atexit.register(close_default)
+    return _DEFAULT["client"]
+
+
 def start_jobqueue(kind: str, jobs: int, **overrides):
     """A client of ``jobs`` batch jobs of ``kind`` ('slurm' or 'pbs'), configured in dask config.
 

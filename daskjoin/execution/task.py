@@ -178,7 +178,7 @@ def _task_body(func):
     :data:`MEMORY_RETRIES` times.  What a failed attempt produced is dropped whole (a Parquet
     partition's pieces are removed by ``write_partition``), so a retry never duplicates output.
     """
-    from ..kernels.memory import out_of_memory, reduced
+    from ..kernels.memory import budget, out_of_memory, reduced
 
     @functools.wraps(func)
     def run(part, job, *args, **kwargs):
@@ -186,7 +186,7 @@ def _task_body(func):
         for attempt in range(MEMORY_RETRIES + 1):
             turn = _GpuTurn(job)
             try:
-                with reduced(0.5 ** attempt):
+                with budget(getattr(job, "device_limit", 0)), reduced(0.5 ** attempt):
                     result = func(part, job, *args, turn=turn, **kwargs)
                 return _note_retries(result, attempt)
             except Exception as exc:

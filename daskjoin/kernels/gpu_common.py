@@ -140,13 +140,14 @@ def free_device_memory() -> None:
 
 
 def device_budget_bytes(fraction: float = 0.5) -> int:
-    """A share of the device's free memory, for sizing output batches (smaller in a task retried after
-    running out of memory: :func:`daskjoin.kernels.memory.share`)."""
-    from .memory import share
+    """A share of the device's free memory (at most of the task's memory budget), for sizing output batches
+    (smaller in a task retried after running out of memory: :func:`daskjoin.kernels.memory.share`)."""
+    from .memory import device_limit, share
 
     cp = cupy()
     free, _total = cp.cuda.runtime.memGetInfo()
-    return int(free * fraction * share())
+    limit = device_limit()  # the task's memory budget: a task planned small stays small on the device too
+    return int(min(free, limit if limit else free) * fraction * share())
 
 
 def as_float64_contiguous(x) -> "object":

@@ -6,6 +6,10 @@ drivers' device buffers (``gpu_common.device_budget_bytes``) all scale with it, 
 splits the same partition into smaller pieces.  The share belongs to the task's thread: the
 in-process runner's other task thread is not slowed down.
 
+**Budget.**  GPU drivers size their buffers from the device memory free, but never from more than
+the task's memory budget (:func:`budget`, set by the task body from the plan's budget), so a join
+planned for 256 MB tasks holds about that much device memory per task.
+
 **Injected failures.**  :func:`fail_allocation` arms a counter of this process: the ``n``-th
 allocation from then on fails, on the CPU the pair buffers the drivers fill (:func:`pair_buffers`),
 on a GPU every CuPy allocation (an allocator wrapped around CuPy's pool, installed by
@@ -25,6 +29,22 @@ _FAULT = {"left": None, "every": False, "lock": threading.Lock(), "failed": 0}
 def share() -> float:
     """The fraction of its usual memory the current task's drivers may take (1.0 unless retrying)."""
     return getattr(_LOCAL, "share", 1.0)
+
+
+def device_limit() -> int | None:
+    """Bytes of device memory the current task may size its buffers from (its memory budget), or None."""
+    return getattr(_LOCAL, "limit", None)
+
+
+@contextlib.contextmanager
+def budget(nbytes: int | None):
+    """Run the block with the task's memory budget as its device memory limit (None: the free memory)."""
+    previous = device_limit()
+    _LOCAL.limit = int(nbytes) if nbytes else None
+    try:
+        yield
+    finally:
+        _LOCAL.limit = previous
 
 
 @contextlib.contextmanager

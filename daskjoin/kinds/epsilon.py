@@ -32,11 +32,12 @@ class JoinJob:
     gpu_options: tuple = ()
     inputs_token: str = ""  # fingerprint of Zarr inputs: changed data, new task keys
     memory_budget: int = 0  # the plan's budget per task (bounds the task's in-memory sort); 0: not set
+    device_limit: int = 0  # device memory a GPU task sizes its buffers from at most (a budget given); 0: the free
 
     @classmethod
-    def from_plan(cls, plan: Plan, with_distance: bool = True) -> "JoinJob":
+    def from_plan(cls, plan: Plan, with_distance: bool = True, device_limit: int = 0) -> "JoinJob":
         return cls(plan.reader_a, plan.reader_b, plan.selfjoin, plan.eps, plan.method, plan.backend, with_distance,
-                   plan.gpu_options, plan.inputs_token, int(plan.memory_budget))
+                   plan.gpu_options, plan.inputs_token, int(plan.memory_budget), int(device_limit))
 
     def in_memory_bytes(self) -> int:
         """Bytes of array data the job carries (in-memory inputs, sorted-copy ids and key index)."""

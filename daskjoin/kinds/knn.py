@@ -34,14 +34,15 @@ class KnnJob:
     block_hi: np.ndarray
     inputs_token: str = ""
     memory_budget: int = 0
+    device_limit: int = 0  # as the ε-join's (JoinJob.device_limit)
 
     label = "daskjoin-knn"
     value = KNN_VALUE
 
     @classmethod
-    def from_plan(cls, plan: KnnPlan) -> "KnnJob":
+    def from_plan(cls, plan: KnnPlan, device_limit: int = 0) -> "KnnJob":
         return cls(plan.a, plan.b, plan.k, plan.method, plan.backend, plan.blocks, plan.block_lo, plan.block_hi,
-                   plan.inputs_token, plan.memory_budget)
+                   plan.inputs_token, plan.memory_budget, int(device_limit))
 
     @property
     def selfjoin(self) -> bool:
