@@ -147,7 +147,14 @@ def device_budget_bytes(fraction: float = 0.5) -> int:
     cp = cupy()
     free, _total = cp.cuda.runtime.memGetInfo()
     limit = device_limit()  # the task's memory budget: a task planned small stays small on the device too
-    return int(min(free, limit if limit else free) * fraction * share())
+    # fractions of the free memory leave room for whatever else the device holds; within a budget the
+    # largest buffer (output pairs and their sort) may take 80% of it, the rest is for points and index
+    wanted = free * fraction if not limit else min(free * fraction, LIMITED_SHARE * limit)
+    return int(wanted * share())
+
+
+#: the share of a task's memory budget its largest device buffer may take (the rest: points and index)
+LIMITED_SHARE = 0.8
 
 
 def as_float64_contiguous(x) -> "object":
