@@ -324,3 +324,26 @@ def test_sorted_runs_survive_only_where_ids_keep_their_order():
     ids = np.array([7, 3, 9])
     got = sides(ids, None)._globalize(run(), cross=False, one_stream=True)
     assert type(got) is tuple and list(got[0]) == [3, 7, 3] and list(got[1]) == [7, 9, 9]
+
+
+@pytest.mark.integration
+def test_a_local_cluster_builds_sorted_copies_here(client, tmp_path, monkeypatch):
+    """Workers on this host: the sorted copy is built in this process (a parallel radix sort), not by a
+    sample sort over the workers; a cluster elsewhere still gets the sample sort."""
+    from daskjoin.execution import cluster as cluster_mod
+    from daskjoin.execution import sort as sort_mod
+    from daskjoin.io.zarr_in import open_points
+    from daskjoin.planning.bounds import block_stats
+    from joinhelpers import write_zarr
+
+    x = np.random.default_rng(3).random((5000, 2))
+    source = open_points(write_zarr(tmp_path / "x.zarr", x, 500), "A")
+    stats = block_stats(source)
+    assert cluster_mod.workers_here(client)
+    calls = []
+    monkeypatch.setattr(sort_mod, "sort_zarr", lambda *a, **k: calls.append("sample") or None)
+    cluster_mod.ClusterRunner(client).sort(source, 0, stats, str(tmp_path / "here.zarr"), bucket_bytes=1 << 20)
+    assert calls == [] and os.path.exists(tmp_path / "here.zarr")
+    monkeypatch.setattr(cluster_mod, "workers_here", lambda c: False)
+    cluster_mod.ClusterRunner(client).sort(source, 0, stats, str(tmp_path / "far.zarr"), bucket_bytes=1 << 20)
+    assert calls == ["sample"]
