@@ -293,8 +293,7 @@ def write_join(out, overwrite: bool, resume: bool, checked: tuple, make_plan, re
     the partitions not already finished, the commit."""
     with OutputRun(out, overwrite, resume=resume) as run:
         start = time.perf_counter()
-        checked = resumed_budget(checked, run)
-        plan = make_plan(checked)
+        plan = make_plan(resumed_budget(checked, run))
         planned = time.perf_counter()
         status = run.start(record(plan))
         if status == "finished":

@@ -109,12 +109,11 @@ def check_output_path(path, overwrite: bool, resume: bool = False) -> str:
     """Refuse an existing output path unless ``overwrite`` is set (or ``resume``, where it holds a finished
     daskjoin output: the run checks that it is this join's)."""
     path = os.path.abspath(os.fspath(path))  # workers may run in another directory
-    finished = resume and os.path.isfile(os.path.join(path, "_SUCCESS"))
+    finished = resume and os.path.isfile(os.path.join(path, "_SUCCESS"))  # io.parquet_out.SUCCESS
     if os.path.exists(path) and not overwrite and not finished:
         raise InputError(
             f"output path {path!r} already exists; choose another path or pass overwrite=True "
-            "(--overwrite on the command line)" + ("" if resume else "; resume=True (--resume) continues the "
-                                                   "interrupted run of the same join")
+            "(--overwrite on the command line)"
         )
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):

@@ -73,3 +73,24 @@ def tree_bytes(path) -> dict:
             with open(full, "rb") as f:
                 out[os.path.relpath(full, path)] = f.read()
     return out
+
+
+def exact_pairs(x, eps, y=None) -> np.ndarray:
+    """The oracle's pairs for larger inputs, sorted by (i, j): cKDTree candidates (radius padded), each decided
+    by the float64 rule (squared differences summed in dimension order, ``<= eps * eps``).  Self-join: i < j."""
+    from scipy.spatial import cKDTree
+
+    pad = eps * (1 + 1e-6) + 1e-12
+    if y is None:
+        cand = cKDTree(x).query_pairs(pad, output_type="ndarray").reshape(-1, 2)
+        other = x
+    else:
+        cand = cKDTree(x).sparse_distance_matrix(cKDTree(y), pad, output_type="ndarray")
+        cand = np.stack([cand["i"], cand["j"]], axis=1).astype(np.int64) if len(cand) else np.zeros((0, 2), np.int64)
+        other = y
+    diff = x[cand[:, 0]] - other[cand[:, 1]]
+    s = np.zeros(len(cand))
+    for k in range(x.shape[1]):  # dimension order, as the rule says
+        s = s + diff[:, k] * diff[:, k]
+    keep = cand[s <= np.float64(eps) * np.float64(eps)]
+    return keep[np.lexsort((keep[:, 1], keep[:, 0]))]

@@ -95,3 +95,25 @@ def _set_oracle(records, threshold) -> set:
     from set_oracle import oracle_join_fast
 
     return set(oracle_join_fast(records, threshold=threshold))
+
+
+def test_gpu_tasks_on_a_mixed_cluster_need_the_gpu_resource(client, monkeypatch):
+    """Placement of backend='gpu' tasks: by the GPU resource; nothing where every worker has a GPU; a mixed
+    cluster whose workers declare nothing is refused (tasks pinned to addresses would wait forever for a
+    GPU worker that came back on another port)."""
+    from types import SimpleNamespace
+
+    from daskjoin.execution import resources
+    from daskjoin.validation import InputError
+
+    job = SimpleNamespace(backend="gpu")
+    addresses = sorted(resources.worker_info(client))
+    monkeypatch.setattr(resources, "gpu_seen", lambda c, w=None: {a: True for a in addresses})
+    assert resources.gpu_placement(client, job) == {}
+    monkeypatch.setattr(resources, "gpu_seen", lambda c, w=None: {a: k == 0 for k, a in enumerate(addresses)})
+    with pytest.raises(InputError, match="declare the resource GPU=1"):
+        resources.gpu_placement(client, job)
+    declared = {a: {"resources": {"GPU": 1} if k == 0 else {}} for k, a in enumerate(addresses)}
+    monkeypatch.setattr(resources, "worker_info", lambda c: declared)
+    assert resources.gpu_placement(client, job) == {"resources": {"GPU": 1}}
+    assert resources.gpu_placement(client, SimpleNamespace(backend="auto")) == {}

@@ -23,7 +23,7 @@ from clihelpers import _env, _explain, run_cli
 from daskjoin.execution import task as task_module
 from daskjoin.io import commit, parquet_out
 from daskjoin.validation import InputError
-from joinhelpers import write_zarr
+from joinhelpers import exact_pairs, write_zarr
 
 #: tests that count or hook this process's tasks run them here, whatever client is current
 HERE = in_process()
@@ -32,18 +32,6 @@ pytestmark = pytest.mark.integration
 
 EPS = 0.01
 BUDGET = "256KiB"
-
-
-def _exact(x, eps) -> np.ndarray:
-    from scipy.spatial import cKDTree
-
-    cand = cKDTree(x).query_pairs(eps * (1 + 1e-6) + 1e-12, output_type="ndarray")
-    diff = x[cand[:, 0]] - x[cand[:, 1]]
-    s = np.zeros(len(cand))
-    for k in range(x.shape[1]):
-        s = s + diff[:, k] * diff[:, k]
-    keep = cand[s <= np.float64(eps) * np.float64(eps)]
-    return keep[np.lexsort((keep[:, 1], keep[:, 0]))]
 
 
 def _read_pairs(path) -> np.ndarray:
@@ -58,7 +46,7 @@ def _check(path, x, eps=EPS) -> dict:
     manifest = json.loads(open(os.path.join(path, "_SUCCESS")).read())
     parts = sorted(n for n in os.listdir(path) if n != "_SUCCESS")
     assert parts == [e["file"] for e in manifest["files"]]
-    got, expected = _read_pairs(path), _exact(x, eps)
+    got, expected = _read_pairs(path), exact_pairs(x, eps)
     assert got.shape == expected.shape and (got == expected).all()
     assert manifest["rows"] == len(expected)
     return manifest
@@ -220,7 +208,6 @@ def test_resume_on_a_dask_cluster_with_an_in_memory_input(client, tmp_path, monk
         _interrupt_after(m, 3)
         with pytest.raises(KeyboardInterrupt):
             dj.similarity_join(x, eps=EPS, out=out, memory_budget=BUDGET, client=client)
-    time.sleep(0.5)  # tasks cancelled by the interrupt may still be finishing on the workers
     with pytest.raises(InputError, match="inputs:"):
         dj.similarity_join(x + 1e-9, eps=EPS, out=out, client=client, resume=True)
     result = dj.similarity_join(x.copy(), eps=EPS, out=out, client=client, resume=True)
@@ -275,7 +262,7 @@ def test_cli_resume_after_sigint_or_sigkill(big, tmp_path, sig):
     manifest = json.loads((out / "_SUCCESS").read_text())
     assert manifest["tasks"]["resumed_partitions"] >= 2
     assert _leftovers(tmp_path) == []
-    got, expected = _read_pairs(out), _exact(x.astype(np.float64), 0.012)
+    got, expected = _read_pairs(out), exact_pairs(x.astype(np.float64), 0.012)
     assert got.shape == expected.shape and (got == expected).all() and manifest["rows"] == len(expected)
     again = run_cli([*args, "--resume", "--quiet"], tmp_path)
     assert again.returncode == 0 and "nothing to do" in again.stdout, _explain(again)
@@ -300,3 +287,25 @@ def test_knn_join_resumes_too(tmp_path, monkeypatch):
                                 if n.startswith("part-")], ignore_index=True)
     pd.testing.assert_frame_equal(read(out), read(tmp_path / "whole.parquet"))
     assert _leftovers(tmp_path) == []
+
+
+def test_an_interrupted_overwrite_of_a_committed_output_is_resumed(points, tmp_path, monkeypatch):
+    """A committed join, then an interrupted run replacing it with another eps: resume continues that run
+    (the committed output is neither taken for it nor lost meanwhile) and replaces the output."""
+    x, path = points
+    out = tmp_path / "pairs.parquet"
+    dj.similarity_join(path, eps=EPS, out=out, memory_budget=BUDGET, client=HERE)
+    with monkeypatch.context() as m:
+        _interrupt_after(m, 3)
+        with pytest.raises(KeyboardInterrupt):
+            dj.similarity_join(path, eps=0.02, out=out, memory_budget=BUDGET, overwrite=True, client=HERE)
+    _check(out, x)  # the old output, untouched
+    with pytest.raises(InputError, match="cannot resume"):
+        dj.similarity_join(path, eps=0.015, out=out, resume=True, client=HERE)
+    assert len([n for n in _leftovers(tmp_path) if ".tmp-run-" in n]) == 1  # a refusal keeps the interrupted run
+    result = dj.similarity_join(path, eps=0.02, out=out, resume=True, client=HERE)
+    assert result.status == "resumed" and result.tasks["resumed_partitions"] >= 3
+    _check(out, x, 0.02)
+    assert _leftovers(tmp_path) == []
+    assert dj.similarity_join(path, eps=EPS, out=out, resume=True, client=HERE, overwrite=True).status == "new"
+    _check(out, x)

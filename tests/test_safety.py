@@ -18,7 +18,7 @@ import pytest
 import daskjoin as dj
 from daskjoin.io import commit
 from daskjoin.io.parquet_out import OutputBusy, OutputRun
-from joinhelpers import tree_bytes, write_zarr
+from joinhelpers import exact_pairs, tree_bytes, write_zarr
 from oracle import oracle_self_count
 
 pytestmark = pytest.mark.integration
@@ -40,19 +40,6 @@ def _pairs(path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"i": [], "j": []})
 
 
-def _exact_pairs(x, eps) -> np.ndarray:
-    """The oracle's pairs for larger inputs: cKDTree candidates (radius padded), decided by the float64 rule."""
-    from scipy.spatial import cKDTree
-
-    cand = cKDTree(x).query_pairs(eps * (1 + 1e-6) + 1e-12, output_type="ndarray")
-    diff = x[cand[:, 0]] - x[cand[:, 1]]
-    s = np.zeros(len(cand))
-    for k in range(x.shape[1]):  # dimension order, as the rule says
-        s = s + diff[:, k] * diff[:, k]
-    keep = cand[s <= np.float64(eps) * np.float64(eps)]
-    return keep[np.lexsort((keep[:, 1], keep[:, 0]))]
-
-
 def _check_complete(path, points) -> dict:
     """``_SUCCESS`` lists exactly the parts present, and they hold exactly the pairs of the eps it records."""
     manifest = json.loads(open(os.path.join(path, "_SUCCESS")).read())
@@ -63,7 +50,7 @@ def _check_complete(path, points) -> dict:
     assert not got.duplicated(["i", "j"]).any(), "duplicate pairs in a committed output"
     got = got[["i", "j"]].to_numpy(np.int64)
     got = got[np.lexsort((got[:, 1], got[:, 0]))]
-    expected = _exact_pairs(points, manifest["eps"])
+    expected = exact_pairs(points, manifest["eps"])
     assert got.shape == expected.shape and (got == expected).all(), "the pairs are not those of the recorded eps"
     return manifest
 

@@ -21,24 +21,12 @@ import pytest
 
 import daskjoin as dj
 from daskjoin.io import commit, parquet_out
-from joinhelpers import write_zarr
+from joinhelpers import exact_pairs, write_zarr
 
 pytestmark = pytest.mark.integration
 
 EPS = 0.004
 BUDGET = "1MiB"
-
-
-def _exact(x, eps) -> np.ndarray:
-    from scipy.spatial import cKDTree
-
-    cand = cKDTree(x).query_pairs(eps * (1 + 1e-6) + 1e-12, output_type="ndarray")
-    diff = x[cand[:, 0]] - x[cand[:, 1]]
-    s = np.zeros(len(cand))
-    for k in range(x.shape[1]):
-        s = s + diff[:, k] * diff[:, k]
-    keep = cand[s <= np.float64(eps) * np.float64(eps)]
-    return keep[np.lexsort((keep[:, 1], keep[:, 0]))]
 
 
 def _sorted_pairs(frame: pd.DataFrame) -> np.ndarray:
@@ -53,7 +41,7 @@ def _check_output(out, x, eps=EPS) -> None:
     assert names == [e["file"] for e in manifest["files"]], "files other than the committed parts"
     frames = [pq.read_table(os.path.join(out, n)).to_pandas() for n in names]
     assert [len(f) for f in frames] == [e["rows"] for e in manifest["files"]]
-    got, expected = _sorted_pairs(pd.concat(frames, ignore_index=True)), _exact(x, eps)
+    got, expected = _sorted_pairs(pd.concat(frames, ignore_index=True)), exact_pairs(x, eps)
     assert got.shape == expected.shape and (got == expected).all()
     assert manifest["rows"] == len(expected)
 
@@ -178,7 +166,7 @@ def test_in_memory_input_survives_the_death_of_the_only_worker(one_worker, tmp_p
     count = _join_and_kill(client, lambda: dj.similarity_join(x, eps=EPS, memory_budget="128KiB", client=client,
                                                               output="count"),
                            tmp_path, lambda: any(client.processing().values()))
-    assert count == len(_exact(x, EPS))
+    assert count == len(exact_pairs(x, EPS))
     _wait_for_workers(client, 1)
 
 
@@ -216,6 +204,6 @@ def test_lazy_frame_of_an_in_memory_input_survives_a_worker_death(four_workers):
     time.sleep(0.5)
     _kill_a_busy_worker(client)
     got = _sorted_pairs(future.result(timeout=300))
-    expected = _exact(x, EPS)
+    expected = exact_pairs(x, EPS)
     assert got.shape == expected.shape and (got == expected).all()
     _wait_for_workers(client, 4)

@@ -23,17 +23,29 @@ def local_cluster_options() -> dict:
     The dashboard (or, without bokeh, the scheduler's HTTP endpoints) takes a free port: a
     fixed 8787 that another cluster holds would only print a warning and move anyway.
     """
+    return {"n_workers": 1, "processes": True, "memory_limit": 0, **_worker_defaults()}
+
+
+def _worker_defaults() -> dict:
+    """What every local cluster daskjoin starts has: one task thread a worker, a free dashboard port, and the
+    worker setup (workers ignore a terminal's Ctrl-C, restarted ones too; the user's own preloads kept)."""
     import dask.config
 
-    return {
-        "n_workers": 1,
-        "threads_per_worker": 1,
-        "processes": True,
-        "dashboard_address": ":0",
-        "memory_limit": 0,
-        # workers ignore a terminal's Ctrl-C, restarted ones too; the user's own preloads kept
-        "preload": [*dask.config.get("distributed.worker.preload", []), "daskjoin.execution.worker_setup"],
-    }
+    return {"threads_per_worker": 1, "dashboard_address": ":0",
+            "preload": [*dask.config.get("distributed.worker.preload", []), "daskjoin.execution.worker_setup"]}
+
+
+def _become_default(make_cluster):
+    """Start a cluster (workers spawned ignoring Ctrl-C, quiet if asked) and make it daskjoin's default,
+    closed at exit; returns its client."""
+    from distributed import Client
+
+    with _workers_ignore_sigint(), _quiet_spawn():
+        cluster = make_cluster()
+    _DEFAULT["cluster"] = cluster
+    _DEFAULT["client"] = Client(cluster, set_as_default=False)
+    atexit.register(close_default)
+    return _DEFAULT["client"]
 
 
 _QUIET = {"workers": False}
@@ -80,14 +92,10 @@ def _workers_ignore_sigint():
 
 def start_local():
     """daskjoin's local cluster (``local_cluster_options``), started on first use and closed at exit."""
-    from distributed import Client, LocalCluster
+    from distributed import LocalCluster
 
     if "client" not in _DEFAULT:
-        with _workers_ignore_sigint(), _quiet_spawn():
-            cluster = LocalCluster(**local_cluster_options())
-        _DEFAULT["cluster"] = cluster
-        _DEFAULT["client"] = Client(cluster, set_as_default=False)
-        atexit.register(close_default)
+        return _become_default(lambda: LocalCluster(**local_cluster_options()))
     return _DEFAULT["client"]
 
 
@@ -98,28 +106,17 @@ def start_local_cuda(**overrides):
     ``overrides`` go to ``LocalCUDACluster`` (e.g. ``CUDA_VISIBLE_DEVICES="0,1"``).  The cluster is
     daskjoin's default until :func:`close_default` (also at exit).
     """
-    from distributed import Client
-
     try:
         from dask_cuda import LocalCUDACluster
     except ImportError as exc:
         from ..validation import InputError
 
         raise InputError("a local GPU cluster needs dask-cuda: pip install 'daskjoin[gpu]'") from exc
-    import dask.config
-
     from .resources import GPU_RESOURCE
 
-    options = {"threads_per_worker": 1, "dashboard_address": ":0", "resources": {GPU_RESOURCE: 1},
-               "preload": [*dask.config.get("distributed.worker.preload", []), "daskjoin.execution.worker_setup"],
-               **overrides}
+    options = {**_worker_defaults(), "resources": {GPU_RESOURCE: 1}, **overrides}
     close_default()
-    with _workers_ignore_sigint(), _quiet_spawn():
-        cluster = LocalCUDACluster(**options)
-    _DEFAULT["cluster"] = cluster
-    _DEFAULT["client"] = Client(cluster, set_as_default=False)
-    atexit.register(close_default)
-    return _DEFAULT["client"]
+    return _become_default(lambda: LocalCUDACluster(**options))
 
 
 def start_jobqueue(kind: str, jobs: int, **overrides):

@@ -89,9 +89,11 @@ def gpu_placement(client, job) -> dict:
     that see a GPU.
 
     Workers that declare the resource ``GPU`` (deploy/'s compose and batch-job workers do) are asked
-    for by resource, one GPU task at a time on each, so a restarted worker is used again; a cluster
-    whose GPU workers declare nothing names them by address.  CPU and ``auto`` tasks run anywhere
-    (an ``auto`` task picks its backend on the worker it lands on), so a cluster may mix both.
+    for by resource, one GPU task at a time on each, so a restarted worker is used again.  Where every
+    worker sees a GPU nothing needs saying.  A cluster mixing GPU and CPU workers that declare no
+    resource is refused: tasks pinned to addresses would wait forever for a GPU worker that died and
+    came back on another port.  CPU and ``auto`` tasks run anywhere (an ``auto`` task picks its
+    backend on the worker it lands on), so a cluster may mix both.
     """
     if getattr(client, "scheduler", None) is None or getattr(job, "backend", "cpu") != "gpu":
         return {}
@@ -99,4 +101,10 @@ def gpu_placement(client, job) -> dict:
     if any((w.get("resources") or {}).get(GPU_RESOURCE) for w in workers.values()):
         return {"resources": {GPU_RESOURCE: 1}}
     seen = gpu_seen(client, workers)
-    return {"workers": sorted(addr for addr, has in seen.items() if has), "allow_other_workers": False}
+    if all(seen.values()):
+        return {}
+    raise InputError(
+        "backend='gpu' on a cluster of GPU and CPU workers needs the GPU workers to declare the resource "
+        f"{GPU_RESOURCE}=1 (`dask cuda worker ... --resources {GPU_RESOURCE}=1`, or "
+        "daskjoin.execution.cluster.start_local_cuda()), so that GPU tasks go only to them; "
+        "or use backend='auto' (each task on the kernel its worker has)")

@@ -24,6 +24,7 @@ rewrites the same files; a partition's pieces are written by several threads at 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -257,8 +258,8 @@ class OutputRun:
                                      "choose another path or pass overwrite=True")
                 if self.overwrite:
                     check_replaceable(self.path)
-            if self.resume and self.finished is None:
-                self._find_previous()
+            if self.resume:
+                self._find_previous()  # kept until start() knows whether this run continues it
             commit.remove_temps(self.path, keep=self._previous_dir)  # staging directories of killed runs
             os.mkdir(self.staging)
         except BaseException:
@@ -272,7 +273,7 @@ class OutputRun:
         folder, name = os.path.split(self.path)
         found = []
         for entry in os.listdir(folder):
-            if commit.is_temp_of(entry, name) and entry.split(commit.TEMP_MARK, 1)[1].startswith(STAGING_TAG):
+            if commit.is_temp_of(entry, name) and entry[len(name) + 1 + len(commit.TEMP_MARK):].startswith(STAGING_TAG):
                 record = _read_json(os.path.join(folder, entry, RUN_RECORD))
                 if record is not None:
                     found.append((os.path.getmtime(os.path.join(folder, entry, RUN_RECORD)), entry, record))
@@ -290,22 +291,27 @@ class OutputRun:
         """
         record = json.loads(json.dumps(record))  # as it reads back from the file
         self.record = record
-        if self.finished is not None:
-            if self.finished.get("record") == record:
-                return "finished"
-            if not self.overwrite:
-                _refuse_if_different(self.finished.get("record"), record, self.path, "the committed output")
-            self.finished = None  # another join's output, to be replaced
-        if self.previous is not None and self.previous != record:
-            if not self.overwrite:
-                _refuse_if_different(self.previous, record, self.path, "the interrupted run")
-            commit.remove_path(self._previous_dir)  # another join's: starting afresh, as overwrite asks
-            self.previous = self._previous_dir = None
-        if self.previous is not None:
+        if self.previous is not None and self.previous == record:
+            # an interrupted run of this very join: continued (over a committed output it was replacing)
+            if os.path.lexists(self.path):
+                check_replaceable(self.path)
+                self.overwrite = True
             os.rmdir(self.staging)
             self.staging, self.run_id = self._previous_dir, self._previous_dir.rsplit(STAGING_TAG, 1)[1]
             self.done = self._recorded_done()
+            self.finished = None
             return "resumed"
+        if self.finished is not None and self.finished.get("record") == record:
+            return "finished"
+        if not self.overwrite:
+            if self.previous is not None:
+                _refuse_if_different(self.previous, record, self.path, "the interrupted run")
+            if self.finished is not None:
+                _refuse_if_different(self.finished.get("record"), record, self.path, "the committed output")
+        # starting afresh, as overwrite asks: the other join's interrupted run goes, its output is replaced
+        if self._previous_dir is not None:
+            commit.remove_path(self._previous_dir)
+        self.previous = self._previous_dir = self.finished = None
         commit.write_bytes(os.path.join(self.staging, RUN_RECORD), json.dumps(record, sort_keys=True).encode())
         return "new"
 
@@ -369,6 +375,10 @@ class OutputRun:
         self._open = False
         try:
             if keep:
+                # under a new name: tasks still running somewhere (cancelled ones finish on their own) can
+                # no longer add files to it, or remove files a resumed run has adopted
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(self.staging, commit.temp_path(self.path, f"{STAGING_TAG}{uuid.uuid4().hex[:12]}"))
                 return
             dead = commit.temp_path(self.path, f"dead-{self.run_id}")
             try:
@@ -382,8 +392,6 @@ class OutputRun:
     def commit(self, entries: list[dict], extra: dict | None = None) -> dict:
         """Check the staging directory against ``entries``, write ``_SUCCESS``, publish; return the manifest."""
         entries = sorted(entries, key=lambda e: e["file"])
-        for name in (RUN_RECORD, DONE_LOG):  # a run's own notes are not published
-            commit.remove_path(os.path.join(self.staging, name))
         self._verify(entries)
         manifest = {"run": self.run_id, "files": [{"file": e["file"], "rows": e["rows"]} for e in entries],
                     "rows": int(sum(e["rows"] for e in entries)),
@@ -392,6 +400,8 @@ class OutputRun:
             manifest["record"] = self.record
         commit.write_bytes(os.path.join(self.staging, SUCCESS),
                            json.dumps(manifest, indent=1, sort_keys=True).encode())
+        for name in (RUN_RECORD, DONE_LOG):  # a run's own notes are not published (removed last: resumable until now)
+            commit.remove_path(os.path.join(self.staging, name))
         try:
             old = commit.publish_dir(self.staging, self.path, replace=self.overwrite)
         except FileExistsError:
@@ -423,6 +433,8 @@ class OutputRun:
         if missing:
             raise RuntimeError(f"part files {sorted(missing)[:5]} of {self.path!r} are missing; nothing was committed")
         for name in os.listdir(self.staging):
+            if name in (RUN_RECORD, DONE_LOG):
+                continue
             if commit.TEMP_MARK in name:
                 commit.remove_path(os.path.join(self.staging, name))  # a task killed mid-write (its retry wrote the part)
             elif name not in expected:

@@ -105,7 +105,7 @@ def pair_buffers(size: int):
 
 
 def _install_cupy_hook(armed: bool) -> None:
-    """CuPy allocations through the counter while armed; CuPy's own pool again when disarmed."""
+    """CuPy allocations through the counter while armed; the allocator from before again when disarmed."""
     try:
         import cupy as cp
     except ImportError:
@@ -113,8 +113,13 @@ def _install_cupy_hook(armed: bool) -> None:
 
     pool = cp.get_default_memory_pool()
     if not armed:
-        cp.cuda.set_allocator(pool.malloc)
+        previous = _FAULT.pop("allocator", None)
+        if previous is not None:
+            cp.cuda.set_allocator(previous)  # whatever was there before (RMM on some dask-cuda workers)
         return
+    get_allocator = getattr(cp.cuda.memory, "get_allocator", None)
+    _FAULT.setdefault("allocator", get_allocator() if get_allocator is not None else pool.malloc)
+    current = _FAULT["allocator"]
 
     def failing_malloc(nbytes):
         try:
@@ -122,6 +127,6 @@ def _install_cupy_hook(armed: bool) -> None:
         except InjectedAllocationFailure:
             # what CuPy raises when the device is full: the drivers' error path is the real one
             raise cp.cuda.memory.OutOfMemoryError(int(nbytes), 0, 0) from None
-        return pool.malloc(nbytes)
+        return current(nbytes)
 
     cp.cuda.set_allocator(failing_malloc)
