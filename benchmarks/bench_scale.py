@@ -4,7 +4,8 @@ Run on a GPU machine with dask-cuda (``benchmarks/device_scale.sh`` does it on a
 
     python benchmarks/bench_scale.py [--n 20000000] [--d 3] [--dists uniform,expo] [--budgets 16GB,2GB,256MB]
 
-For each distribution (uniform in the unit cube; exponential, λ = 40, in every dimension) a fresh
+For each distribution (uniform in the unit cube; exponential, λ = 40, in every dimension; Gaussian
+clusters: ``--dists clusters``) a fresh
 Zarr store is written and eps chosen for ~32 neighbours a point; the exact count is taken once
 (count-only run).  Then for each memory budget the join is written to Parquet on a
 ``LocalCUDACluster`` (one worker per GPU, ``GPU=1``; daskjoin's ``start_local_cuda``) and the
@@ -31,15 +32,17 @@ import daskjoin as dj
 from daskjoin.io.synth import eps_for_neighbours, synth
 
 
-def expo_eps(n: int, d: int, neighbours: float, seed: int = 7) -> float:
-    """eps giving ~``neighbours`` a point on n exponential(λ=40) points: bisection on a sample's pair count."""
+def calibrated_eps(kind: str, n: int, d: int, neighbours: float, seed: int = 0) -> float:
+    """eps giving ~``neighbours`` a point on the n-point dataset: bisection on the pair count of its first
+    400,000 rows (rows are drawn independently, so they are a sample), scaled to n."""
     from scipy.spatial import cKDTree
 
+    from daskjoin.io.synth import generate
+
     m = min(n, 400_000)
-    sample = np.random.default_rng(seed).exponential(1 / 40, (m, d))
-    tree = cKDTree(sample)
-    scale = (n / m)  # pairs grow with n^2, neighbours a point with n
-    lo, hi = 1e-6, 1.0
+    tree = cKDTree(generate(kind, n, d, seed=seed, stop=m))
+    scale = n / m  # neighbours a point grow with n
+    lo, hi = 1e-7, 1.0
     for _ in range(40):
         mid = (lo * hi) ** 0.5
         per_point = (tree.count_neighbors(tree, mid) - m) / m * scale  # ordered pairs and each point with itself
@@ -153,7 +156,7 @@ def main() -> None:
             t0 = time.perf_counter()
             synth(dist, args.n, args.d, store, seed=0)
             synth_s = time.perf_counter() - t0
-            eps = eps_for_neighbours(args.n, args.d, 32) if dist == "uniform" else expo_eps(args.n, args.d, 32)
+            eps = eps_for_neighbours(args.n, args.d, 32) if dist == "uniform" else calibrated_eps(dist, args.n, args.d, 32)
             t0 = time.perf_counter()
             count = dj.similarity_join(store, eps=eps, output="count", client=client, backend="gpu")
             count_s = time.perf_counter() - t0
