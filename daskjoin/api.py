@@ -276,12 +276,14 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
             return graph.count(JoinJob.from_plan(plan, False, limit), plan.partitions, client, progress=progress)
         return graph.to_dataframe(JoinJob.from_plan(plan, with_distance, limit), plan.partitions, client=client,
                                   cache_key=(id(plan), with_distance), owner=plan)
-    extra = lambda plan: {"eps": plan.eps, "method": plan.method, "partitioning": plan.partitioning,  # noqa: E731
-                          "selfjoin": plan.selfjoin}
-    record = lambda plan: join_record(  # noqa: E731
-        "epsilon", (plan.a, plan.b), partitioning=plan.partitioning, parts=plan.partitions,
-        fields=("index", "a", "b", "self_part"), eps=float(plan.eps), selfjoin=plan.selfjoin,
-        with_distance=bool(with_distance), memory_budget=int(plan.memory_budget))
+    def extra(plan):
+        return {"eps": plan.eps, "method": plan.method, "partitioning": plan.partitioning, "selfjoin": plan.selfjoin}
+
+    def record(plan):  # what a resumed run must match (a partition's rows decide its part files)
+        return join_record("epsilon", (plan.a, plan.b), partitioning=plan.partitioning, parts=plan.partitions,
+                           fields=("index", "a", "b", "self_part"), eps=float(plan.eps), selfjoin=plan.selfjoin,
+                           with_distance=bool(with_distance), memory_budget=int(plan.memory_budget))
+
     return write_join(out, overwrite, opts["resume"], checked, lambda c: _plan(c, **plan_options), record,
                       lambda plan, limit: JoinJob.from_plan(plan, with_distance, limit), extra, client, progress)
 

@@ -103,10 +103,16 @@ def knn_join(a, b=None, *, k, method: str = "auto", backend: str = "auto", outpu
     plan_options = dict(k=opts["k"], method=opts["method"], backend=opts["backend"], client=client)
     if out is None:
         plan = _plan(checked, **plan_options)
-        return graph.to_dataframe(KnnJob.from_plan(plan, device_limit(checked, plan)), plan.partitions, client=client)
-    extra = lambda plan: {"k": plan.k, "method": plan.method, "selfjoin": plan.selfjoin, "kind": "knn"}  # noqa: E731
-    record = lambda plan: join_record("knn", (plan.a, plan.b), partitioning="queries", parts=plan.partitions,  # noqa: E731
-                                      fields=("index", "a"), k=int(plan.k), selfjoin=plan.selfjoin,
-                                      memory_budget=int(plan.memory_budget))
+        job = KnnJob.from_plan(plan, device_limit(checked, plan))
+        return graph.to_dataframe(job, plan.partitions, client=client)
+
+    def extra(plan):
+        return {"k": plan.k, "method": plan.method, "selfjoin": plan.selfjoin, "kind": "knn"}
+
+    def record(plan):  # what a resumed run must match (a query partition's rows decide its part files)
+        return join_record("knn", (plan.a, plan.b), partitioning="queries", parts=plan.partitions,
+                           fields=("index", "a"), k=int(plan.k), selfjoin=plan.selfjoin,
+                           memory_budget=int(plan.memory_budget))
+
     return write_join(out, opts["overwrite"], opts["resume"], checked, lambda c: _plan(c, **plan_options), record,
                       KnnJob.from_plan, extra, client, opts["progress"])

@@ -37,8 +37,8 @@ def to_dataframe(job, parts, *, client=None, cache_key=None, owner=None):
     if not parts:
         frame = dd.from_pandas(meta_frame(job.value), npartitions=1)
     else:
-        frame = dd.from_map(partition_frame, list(parts), args=[_shipped(client, job, broadcast=True)], meta=meta_frame(job.value),
-                            label=job.label, enforce_metadata=False)
+        frame = dd.from_map(partition_frame, list(parts), args=[_shipped(client, job, broadcast=True)],
+                            meta=meta_frame(job.value), label=job.label, enforce_metadata=False)
     if cache_key is not None:
         CACHE.put("frames", cache_key, (owner, frame))
     return frame.copy()
