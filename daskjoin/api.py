@@ -271,7 +271,7 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
                         client=client, gpu_options=opts["gpu_options"])
     if out is None:
         plan = _plan(checked, **plan_options, count_only=output == "count")
-        limit = device_limit(checked, plan)
+        limit = device_limit(checked[-1], plan)
         if output == "count":
             return graph.count(JoinJob.from_plan(plan, False, limit), plan.partitions, client, progress=progress)
         return graph.to_dataframe(JoinJob.from_plan(plan, with_distance, limit), plan.partitions, client=client,
@@ -284,39 +284,47 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
                            fields=("index", "a", "b", "self_part"), eps=float(plan.eps), selfjoin=plan.selfjoin,
                            with_distance=bool(with_distance), memory_budget=int(plan.memory_budget))
 
-    return write_join(out, overwrite, opts["resume"], checked, lambda c: _plan(c, **plan_options), record,
+    return write_join(out, overwrite, opts["resume"], checked[-1],
+                      lambda budget: _plan((*checked[:-1], budget), **plan_options), record,
                       lambda plan, limit: JoinJob.from_plan(plan, with_distance, limit), extra, client, progress)
 
 
-def write_join(out, overwrite: bool, resume: bool, checked: tuple, make_plan, record, make_job, extra, client,
-               progress: bool) -> JoinResult:
+def write_join(out, overwrite: bool, resume: bool, budget, make_plan, record, make_job, extra, client,
+               progress: bool, result_cls=None):
     """A join to Parquet, for every kind: the output owned from before planning (a second writer fails at
-    once), the plan, the run's record (``record(plan)``: what a resumed run must match), the tasks of
-    the partitions not already finished, the commit."""
+    once), the plan (``make_plan(budget)``), the run's record (``record(plan)``: what a resumed run must
+    match), the tasks of the partitions not already finished (``make_job(plan, device_limit)``), the
+    commit; returns ``result_cls`` (default :class:`JoinResult`) of the manifest."""
+    result_cls = result_cls or JoinResult
     with OutputRun(out, overwrite, resume=resume) as run:
         start = time.perf_counter()
-        plan = make_plan(resumed_budget(checked, run))
+        plan = make_plan(resumed_budget(budget, run))
         planned = time.perf_counter()
         status = run.start(record(plan))
         if status == "finished":
-            return JoinResult.from_manifest(out, run.close_finished(), plan, planned - start, 0.0, status)
-        manifest = graph.write_parquet(make_job(plan, device_limit(checked, plan)), plan.partitions, client, run,
+            return result_cls.from_manifest(out, run.close_finished(), plan, planned - start, 0.0, status)
+        manifest = graph.write_parquet(make_job(plan, device_limit(budget, plan)), _partitions(plan), client, run,
                                        progress=progress, extra=extra(plan))
-    return JoinResult.from_manifest(out, manifest, plan, planned - start, time.perf_counter() - planned, status)
+    return result_cls.from_manifest(out, manifest, plan, planned - start, time.perf_counter() - planned, status)
 
 
-def device_limit(checked: tuple, plan) -> int:
+def _partitions(plan):
+    """A plan's tasks: its ``partitions`` (ε, kNN) or ``blocks`` (sets)."""
+    return plan.partitions if hasattr(plan, "partitions") else plan.blocks
+
+
+def device_limit(budget, plan) -> int:
     """Device memory a GPU task may size its buffers from: the memory budget where one was given (a task
     planned for 256 MB stays near 256 MB on the device too); 0 with the automatic budget, which is
     reckoned from host memory (GPU tasks then size their buffers from the device memory free)."""
-    return 0 if checked[-1] == "auto" else int(plan.memory_budget)
+    return 0 if budget == "auto" else int(getattr(plan, "memory_budget", None) or plan.budget)
 
 
-def resumed_budget(checked: tuple, run: OutputRun) -> tuple:
-    """``checked`` with the memory budget an interrupted (or finished) run recorded, where this one asks for
-    the default: the same budget gives the same partitions, whose finished files are then reused."""
-    if checked[-1] != "auto":
-        return checked
+def resumed_budget(budget, run: OutputRun):
+    """The memory budget an interrupted (or finished) run recorded, where this one asks for the default: the
+    same budget gives the same partitions, whose finished files are then reused."""
+    if budget != "auto":
+        return budget
     found = run.previous if run.previous is not None else (run.finished or {}).get("record")
-    budget = (found or {}).get("memory_budget")
-    return checked if budget is None else (*checked[:-1], int(budget))
+    recorded = (found or {}).get("memory_budget")
+    return budget if recorded is None else int(recorded)

@@ -103,7 +103,7 @@ def knn_join(a, b=None, *, k, method: str = "auto", backend: str = "auto", outpu
     plan_options = dict(k=opts["k"], method=opts["method"], backend=opts["backend"], client=client)
     if out is None:
         plan = _plan(checked, **plan_options)
-        job = KnnJob.from_plan(plan, device_limit(checked, plan))
+        job = KnnJob.from_plan(plan, device_limit(checked[-1], plan))
         return graph.to_dataframe(job, plan.partitions, client=client)
 
     def extra(plan):
@@ -114,5 +114,6 @@ def knn_join(a, b=None, *, k, method: str = "auto", backend: str = "auto", outpu
                            fields=("index", "a"), k=int(plan.k), selfjoin=plan.selfjoin,
                            memory_budget=int(plan.memory_budget))
 
-    return write_join(out, opts["overwrite"], opts["resume"], checked, lambda c: _plan(c, **plan_options), record,
-                      KnnJob.from_plan, extra, client, opts["progress"])
+    return write_join(out, opts["overwrite"], opts["resume"], checked[-1],
+                      lambda budget: _plan((*checked[:-1], budget), **plan_options), record, KnnJob.from_plan, extra,
+                      client, opts["progress"])

@@ -1,20 +1,17 @@
 """``set_similarity_join``: validate -> plan size-range blocks -> run them on the cluster."""
 from __future__ import annotations
 
-import contextlib
-import os
-import time
 from dataclasses import dataclass
 
-from .api import JoinResult, check_output
+from .api import JoinResult, check_output, write_join
 from .execution import graph
 from .execution.resources import auto_budget, choose_backend, cluster_threads, worker_info
-from .io.parquet_out import OutputRun
 from .io.set_inputs import SetInput, aligned_inputs, open_set_input
 from .kinds.sets import SetJob
 from .options import GPU_OPTIONS as _GPU_OPTIONS, OUTPUTS, check_options, resolve
 from .planning.set_threshold import Threshold
 from .planning.sets import SetPlan, make_set_plan
+from .run_record import join_record
 
 #: the set join's GPU options (the table: :data:`daskjoin.options.GPU_OPTIONS`)
 GPU_OPTIONS = tuple(_GPU_OPTIONS["sets"]["ppjoin"])
@@ -96,7 +93,7 @@ def plan_set_join(a, b=None, *, threshold, measure: str = "jaccard", method: str
 def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", method: str | None = None,
                         backend: str = "auto", output: str = "pairs", client=None, out=None, overwrite: bool = False,
                         progress: bool = False, memory_budget=None, partitions: int | None = None,
-                        gpu_options: dict | None = None, algorithm: str | None = None):
+                        gpu_options: dict | None = None, algorithm: str | None = None, resume: bool = False):
     """Exact set-similarity join: every pair of token sets whose similarity reaches ``threshold``.
 
     Filtering (AllPairs / PPJoin prefix, length and positional filters) runs on
@@ -118,7 +115,7 @@ def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", metho
     backend : {"auto", "cpu", "gpu"}
         Where candidates are verified.
     output : {"pairs", "count"}
-    client, out, overwrite, progress, memory_budget
+    client, out, overwrite, progress, memory_budget, resume
         As in :func:`daskjoin.similarity_join`.
     partitions : int, optional
         Number of size-range partitions (default: from the memory budget and the cluster's threads).
@@ -144,26 +141,42 @@ def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", metho
     opts = check_options("sets", threshold=threshold, measure=measure, method=method, algorithm=algorithm,
                          backend=backend, output=output, out=out, overwrite=overwrite, progress=progress,
                          memory_budget=memory_budget, partitions=partitions, gpu_options=gpu_options, client=client,
-                         stacklevel=2)
+                         resume=resume, stacklevel=2)
     method, backend, output, partitions = opts["method"], opts["backend"], opts["output"], opts["partitions"]
     overwrite, progress = opts["overwrite"], opts["progress"]
     checked = _checked(a, b, opts)
     if out is not None:
         protected = {f"input {name}": x.source.path for name, x in (("A", checked[3]), ("B", checked[4]))
                      if x is not None}
-        out = check_output(out, overwrite, protected)
+        out = check_output(out, overwrite, protected, opts["resume"])
     client = resolve(client)
-    with OutputRun(out, overwrite) if out is not None else contextlib.nullcontext() as run:
-        start = time.perf_counter()
-        plan, in_a, in_b = _planned(checked, method=method, backend=backend, client=client, partitions=partitions)
-        job = SetJob.from_plan(plan, in_a.source, None if in_b is None else in_b.source)
-        planned = time.perf_counter()
+    sources = {}
+
+    def make_plan(budget):
+        thr, options, _, in_a, in_b = checked
+        plan, in_a, in_b = _planned((thr, options, budget, in_a, in_b), method=method, backend=backend,
+                                    client=client, partitions=partitions)
+        sources[id(plan)] = (in_a.source, None if in_b is None else in_b.source)
+        return plan
+
+    if out is None:
+        plan = make_plan(checked[2])
+        job = SetJob.from_plan(plan, *sources[id(plan)])
         if output == "count":
             return graph.count(job, plan.blocks, client, progress=progress)
-        if out is None:
-            return graph.to_dataframe(job, plan.blocks, client=client)
+        return graph.to_dataframe(job, plan.blocks, client=client)
+
+    def extra(plan):
         t = plan.threshold
-        extra = {"measure": t.measure, "threshold": str(t.exact), "method": plan.algorithm,
-                 "algorithm": plan.algorithm, "selfjoin": plan.selfjoin}  # "algorithm": the old key, kept
-        manifest = graph.write_parquet(job, plan.blocks, client, run, progress=progress, extra=extra)
-    return SetJoinResult.from_manifest(out, manifest, plan, planned - start, time.perf_counter() - planned)
+        return {"measure": t.measure, "threshold": str(t.exact), "method": plan.algorithm,
+                "algorithm": plan.algorithm, "selfjoin": plan.selfjoin}  # "algorithm": the old key, kept
+
+    def record(plan):  # what a resumed run must match (a block's rows decide its part files)
+        t = plan.threshold
+        return join_record("sets", sources[id(plan)], partitioning="blocks", parts=plan.blocks,
+                           fields=("index", "r", "s", "larger_partners"), measure=t.measure, threshold=str(t.exact),
+                           selfjoin=plan.selfjoin, memory_budget=int(plan.budget))
+
+    return write_join(out, overwrite, opts["resume"], checked[2], make_plan, record,
+                      lambda plan, limit: SetJob.from_plan(plan, *sources[id(plan)]), extra, client, progress,
+                      SetJoinResult)

@@ -48,6 +48,8 @@ def add_commands(sub, command) -> None:
     p.add_argument("--out", help="output directory of Parquet files (required unless --count)")
     p.add_argument("--count", action="store_true", help="print the exact number of pairs; write nothing")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run to --out (refused if the inputs or parameters differ)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
     plan = command("setplan", "Print the plan of a set-similarity join (partitions, blocks, filters) without running it.",
@@ -82,10 +84,10 @@ def _setjoin(args) -> int:
     common = dict(threshold=_threshold(args), measure=args.measure, method=args.method, backend=args.backend,
                   partitions=args.partitions, memory_budget=args.memory_budget, progress=not args.quiet)
     _check_before_cluster(args, dict(common, output="count" if args.count else "pairs", out=args.out,
-                                     overwrite=args.overwrite))
+                                     overwrite=args.overwrite, resume=args.resume))
     if args.out:
         inputs = {f"input {name}": path for name, path in (("A", args.a), ("B", args.b)) if path is not None}
-        dj.api.check_output(args.out, args.overwrite, inputs)
+        dj.api.check_output(args.out, args.overwrite, inputs, args.resume)
     from .cli import _client
 
     client = _client(args)
@@ -95,7 +97,8 @@ def _setjoin(args) -> int:
         print(n)
         print(f"{n:,} pairs counted in {time.perf_counter() - start:.2f} s", file=sys.stderr)
         return 0
-    result = dj.set_similarity_join(args.a, args.b, out=args.out, overwrite=args.overwrite, client=client, **common)
+    result = dj.set_similarity_join(args.a, args.b, out=args.out, overwrite=args.overwrite, resume=args.resume,
+                                    client=client, **common)
     print(result)
     return 0
 

@@ -185,7 +185,7 @@ OPTIONS = (
            help="pairs, or only their exact count"),
     Option("out", path_or_none, flag="--out", help="write Parquet here"),
     Option("overwrite", boolean, flag="--overwrite", help="replace an existing out"),
-    Option("resume", boolean, ("epsilon", "knn"), flag="--resume",
+    Option("resume", boolean, flag="--resume",
            help="continue an interrupted run to out (a finished one: nothing to do)"),
     Option("progress", boolean, flag="--quiet", help="show a progress bar"),
     Option("memory_budget", budget, flag="--memory-budget", help="memory one task may use"),

@@ -309,3 +309,31 @@ def test_an_interrupted_overwrite_of_a_committed_output_is_resumed(points, tmp_p
     assert _leftovers(tmp_path) == []
     assert dj.similarity_join(path, eps=EPS, out=out, resume=True, client=HERE, overwrite=True).status == "new"
     _check(out, x)
+
+
+def test_set_join_resumes_too(tmp_path, monkeypatch):
+    """The set join writes through the same run: interrupted, resumed, byte-identical to an uninterrupted run;
+    another threshold is refused."""
+    rng = np.random.default_rng(14)
+    records = [sorted(set(rng.integers(0, 300, rng.integers(2, 25)).tolist())) for _ in range(5000)]
+    files = lambda p: {n: (p / n).read_bytes() for n in os.listdir(p) if n.startswith("part-")}  # noqa: E731
+    whole = dj.set_similarity_join(records, threshold=0.5, out=tmp_path / "whole.parquet", partitions=12,
+                                   client=HERE)
+    assert whole.files >= 6
+    out = tmp_path / "sets.parquet"
+    with monkeypatch.context() as m:
+        _interrupt_after(m, 3)
+        with pytest.raises(KeyboardInterrupt):
+            dj.set_similarity_join(records, threshold=0.5, out=out, partitions=12, client=HERE)
+    with pytest.raises(InputError, match='threshold: "1/2" there, "3/5" now'):
+        dj.set_similarity_join(records, threshold=0.6, out=out, partitions=12, resume=True, client=HERE)
+    changed = [list(r) for r in records]
+    changed[7] = changed[7] + [299] if 299 not in changed[7] else changed[7][:-1]
+    with pytest.raises(InputError, match="inputs:"):
+        dj.set_similarity_join(changed, threshold=0.5, out=out, partitions=12, resume=True, client=HERE)
+    result = dj.set_similarity_join(records, threshold=0.5, out=out, partitions=12, resume=True, client=HERE)
+    assert result.status == "resumed" and result.tasks["resumed_partitions"] >= 3
+    assert files(out) == files(tmp_path / "whole.parquet")
+    assert _leftovers(tmp_path) == []
+    again = dj.set_similarity_join(records, threshold=0.5, out=out, partitions=12, resume=True, client=HERE)
+    assert again.status == "finished"

@@ -75,6 +75,14 @@ def full_fingerprint(source: ZarrSource) -> str:
     return digest.hexdigest()[:16]
 
 
+def tree_fingerprint(folder: str) -> str:
+    """A digest of a directory's files (names, sizes, modification times), as :func:`full_fingerprint` takes
+    of an array's chunks: for stores that are not one Zarr array (a set store)."""
+    digest = hashlib.sha1(os.path.abspath(folder).encode())
+    _digest_files(digest, folder, "")
+    return digest.hexdigest()[:16]
+
+
 def _digest_files(digest, folder: str, prefix: str) -> None:
     """Files of ``folder`` (sorted), then its sub-folders (sorted, recursively): the order of ``os.walk``."""
     try:
