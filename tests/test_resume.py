@@ -74,6 +74,16 @@ def _interrupt_after(monkeypatch, n: int):
     monkeypatch.setattr(parquet_out.OutputRun, "record_done", interrupting)
 
 
+def _interrupt_eps_join(monkeypatch, path, out, n: int, **kwargs) -> str:
+    """An ε-join to ``out`` interrupted once ``n`` partitions are finished; returns its kept staging directory."""
+    with monkeypatch.context() as m:
+        _interrupt_after(m, n)
+        with pytest.raises(KeyboardInterrupt):
+            dj.similarity_join(path, eps=EPS, out=out, memory_budget=BUDGET, client=HERE, **kwargs)
+    [staging] = [n for n in _leftovers(os.path.dirname(out)) if ".tmp-run-" in n]
+    return staging
+
+
 def _count_tasks(monkeypatch) -> list:
     """Partition indices the tasks of this process compute from now on (the in-process runner)."""
     seen = []
@@ -125,11 +135,7 @@ def test_resume_computes_only_the_unfinished_partitions(points, tmp_path, monkey
 def test_a_damaged_finished_partition_is_computed_again(points, tmp_path, monkeypatch):
     x, path = points
     out = tmp_path / "pairs.parquet"
-    with monkeypatch.context() as m:
-        _interrupt_after(m, 4)
-        with pytest.raises(KeyboardInterrupt):
-            dj.similarity_join(path, eps=EPS, out=out, memory_budget=BUDGET, client=HERE)
-    [staging] = _leftovers(tmp_path)
+    staging = _interrupt_eps_join(monkeypatch, path, out, 4)
     lines = [json.loads(line) for line in open(tmp_path / staging / parquet_out.DONE_LOG)]
     damaged = lines[0]["files"][0]["file"]
     with open(tmp_path / staging / damaged, "r+b") as f:
@@ -150,11 +156,7 @@ def test_a_damaged_finished_partition_is_computed_again(points, tmp_path, monkey
 def test_resume_refuses_a_different_join(points, tmp_path, monkeypatch, change):
     x, path = points
     out = tmp_path / "pairs.parquet"
-    with monkeypatch.context() as m:
-        _interrupt_after(m, 2)
-        with pytest.raises(KeyboardInterrupt):
-            dj.similarity_join(path, eps=EPS, out=out, memory_budget=BUDGET, client=HERE)
-    [staging] = _leftovers(tmp_path)
+    staging = _interrupt_eps_join(monkeypatch, path, out, 2)
     kwargs = dict(eps=EPS, out=out, memory_budget=BUDGET, resume=True)
     source = path
     if change == "eps":
