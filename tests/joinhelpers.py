@@ -94,3 +94,10 @@ def exact_pairs(x, eps, y=None) -> np.ndarray:
         s = s + diff[:, k] * diff[:, k]
     keep = cand[s <= np.float64(eps) * np.float64(eps)]
     return keep[np.lexsort((keep[:, 1], keep[:, 0]))]
+
+
+def unique_sorted_pairs(frame) -> np.ndarray:
+    """A pairs frame's (i, j) as an int64 array sorted by (i, j), asserting no pair appears twice."""
+    assert not frame.duplicated(["i", "j"]).any(), "duplicate pairs"
+    got = frame[["i", "j"]].to_numpy(np.int64)
+    return got[np.lexsort((got[:, 1], got[:, 0]))]

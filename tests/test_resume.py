@@ -23,7 +23,7 @@ from clihelpers import _env, _explain, run_cli
 from daskjoin.execution import task as task_module
 from daskjoin.io import commit, parquet_out
 from daskjoin.validation import InputError
-from joinhelpers import exact_pairs, write_zarr
+from joinhelpers import exact_pairs, unique_sorted_pairs, write_zarr
 
 #: tests that count or hook this process's tasks run them here, whatever client is current
 HERE = in_process()
@@ -36,10 +36,8 @@ BUDGET = "256KiB"
 
 def _read_pairs(path) -> np.ndarray:
     names = sorted(n for n in os.listdir(path) if n.startswith("part-"))
-    got = pd.concat([pq.read_table(os.path.join(path, n)).to_pandas() for n in names], ignore_index=True)
-    assert not got.duplicated(["i", "j"]).any(), "duplicate pairs"
-    got = got[["i", "j"]].to_numpy(np.int64)
-    return got[np.lexsort((got[:, 1], got[:, 0]))]
+    return unique_sorted_pairs(pd.concat([pq.read_table(os.path.join(path, n)).to_pandas() for n in names],
+                                         ignore_index=True))
 
 
 def _check(path, x, eps=EPS) -> dict:

@@ -21,18 +21,12 @@ import pytest
 
 import daskjoin as dj
 from daskjoin.io import commit, parquet_out
-from joinhelpers import exact_pairs, write_zarr
+from joinhelpers import exact_pairs, unique_sorted_pairs, write_zarr
 
 pytestmark = pytest.mark.integration
 
 EPS = 0.004
 BUDGET = "1MiB"
-
-
-def _sorted_pairs(frame: pd.DataFrame) -> np.ndarray:
-    assert not frame.duplicated(["i", "j"]).any(), "duplicate pairs"
-    got = frame[["i", "j"]].to_numpy(np.int64)
-    return got[np.lexsort((got[:, 1], got[:, 0]))]
 
 
 def _check_output(out, x, eps=EPS) -> None:
@@ -41,7 +35,7 @@ def _check_output(out, x, eps=EPS) -> None:
     assert names == [e["file"] for e in manifest["files"]], "files other than the committed parts"
     frames = [pq.read_table(os.path.join(out, n)).to_pandas() for n in names]
     assert [len(f) for f in frames] == [e["rows"] for e in manifest["files"]]
-    got, expected = _sorted_pairs(pd.concat(frames, ignore_index=True)), exact_pairs(x, eps)
+    got, expected = unique_sorted_pairs(pd.concat(frames, ignore_index=True)), exact_pairs(x, eps)
     assert got.shape == expected.shape and (got == expected).all()
     assert manifest["rows"] == len(expected)
 
@@ -212,7 +206,7 @@ def test_lazy_frame_of_an_in_memory_input_survives_a_worker_death(four_workers):
         time.sleep(0.01)
     time.sleep(0.5)
     assert _kill_a_busy_worker(client, ended=future.done), "the frame was computed before a worker could be killed"
-    got = _sorted_pairs(future.result(timeout=300))
+    got = unique_sorted_pairs(future.result(timeout=300))
     expected = exact_pairs(x, EPS)
     assert got.shape == expected.shape and (got == expected).all()
     _wait_for_workers(client, 4)
