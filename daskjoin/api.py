@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from .caches import CACHE
 from .execution import graph
 from .execution.cluster import ClusterRunner
-from .execution.resources import auto_budget, choose_backend, cluster_id, worker_info
+from .execution.resources import auto_budget, choose_backend, cluster_id, task_slots, worker_info
 from .io.parquet_out import OutputRun, check_replaceable
 from .io.zarr_in import ZarrSource, open_points
 from .kinds.epsilon import JoinJob
@@ -122,19 +122,24 @@ def check_output(out, overwrite: bool, protected: dict, resume: bool = False) ->
 
 
 
-def _plan(checked, *, method, partitioning, backend, client, gpu_options=None, count_only=False) -> Plan:
+def _plan(checked, *, method, partitioning, backend, client, gpu_options=None, count_only=False,
+          parallelism=None) -> Plan:
+    """The plan of checked inputs on ``client``'s cluster; ``parallelism`` (default: the cluster's task slots)
+    is given where a resumed run must get the partitions it recorded."""
     eps, src_a, src_b, budget = checked
     workers = worker_info(client) if budget == "auto" or backend != "cpu" else None
     if budget == "auto":
         budget = auto_budget(client, workers)
     resolved_backend, on_gpu = choose_backend(backend, client, workers)
+    if parallelism is None:
+        parallelism = task_slots(client, on_gpu, workers)
     options = ()
     if gpu_options:  # the method follows from d and the backend alone: its options checked before any data pass
         chosen, _ = choose_method(method, src_a.d, gpu=on_gpu)
         options = tuple(sorted(check_gpu_options("epsilon", chosen, gpu_options).items()))
     plan = make_plan(src_a, src_b, eps, method=method, partitioning=partitioning, backend=resolved_backend,
                      memory_budget=budget, runner=ClusterRunner(client), gpu=on_gpu, cluster=cluster_id(client),
-                     count_only=count_only)
+                     count_only=count_only, parallelism=parallelism)
     if options:
         key = (id(plan), options)
         hit = CACHE.get("plan-options", key)
@@ -282,23 +287,28 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
     def record(plan):  # what a resumed run must match (a partition's rows decide its part files)
         return join_record("epsilon", (plan.a, plan.b), partitioning=plan.partitioning, parts=plan.partitions,
                            fields=("index", "a", "b", "self_part"), eps=float(plan.eps), selfjoin=plan.selfjoin,
-                           with_distance=bool(with_distance), memory_budget=int(plan.memory_budget))
+                           with_distance=bool(with_distance), memory_budget=int(plan.memory_budget),
+                           parallelism=int(plan.parallelism))
 
-    return write_join(out, overwrite, opts["resume"], checked[-1],
-                      lambda budget: _plan((*checked[:-1], budget), **plan_options), record,
+    def make_plan(budget, recorded):  # a resumed run is cut for the workers it was first planned for
+        return _plan((*checked[:-1], budget), **plan_options, parallelism=recorded.get("parallelism"))
+
+    return write_join(out, overwrite, opts["resume"], checked[-1], make_plan, record,
                       lambda plan, limit: JoinJob.from_plan(plan, with_distance, limit), extra, client, progress)
 
 
 def write_join(out, overwrite: bool, resume: bool, budget, make_plan, record, make_job, extra, client,
                progress: bool, result_cls=None):
     """A join to Parquet, for every kind: the output owned from before planning (a second writer fails at
-    once), the plan (``make_plan(budget)``), the run's record (``record(plan)``: what a resumed run must
-    match), the tasks of the partitions not already finished (``make_job(plan, device_limit)``), the
-    commit; returns ``result_cls`` (default :class:`JoinResult`) of the manifest."""
+    once), the plan (``make_plan(budget, recorded)``: ``recorded`` is the record of an earlier run of this
+    output, or {}), the run's record (``record(plan)``: what a resumed run must match), the tasks of the
+    partitions not already finished (``make_job(plan, device_limit)``), the commit; returns ``result_cls``
+    (default :class:`JoinResult`) of the manifest."""
     result_cls = result_cls or JoinResult
     with OutputRun(out, overwrite, resume=resume) as run:
         start = time.perf_counter()
-        plan = make_plan(resumed_budget(budget, run))
+        recorded = previous_record(run)
+        plan = make_plan(resumed_budget(budget, recorded), recorded)
         planned = time.perf_counter()
         status = run.start(record(plan))
         if status == "finished":
@@ -320,11 +330,15 @@ def device_limit(budget, plan) -> int:
     return 0 if budget == "auto" else int(getattr(plan, "memory_budget", None) or plan.budget)
 
 
-def resumed_budget(budget, run: OutputRun):
+def previous_record(run: OutputRun) -> dict:
+    """The record of the interrupted (or finished) run of this output, {} where there is none."""
+    found = run.previous if run.previous is not None else (run.finished or {}).get("record")
+    return dict(found or {})
+
+
+def resumed_budget(budget, recorded: dict):
     """The memory budget an interrupted (or finished) run recorded, where this one asks for the default: the
     same budget gives the same partitions, whose finished files are then reused."""
-    if budget != "auto":
+    if budget != "auto" or recorded.get("memory_budget") is None:
         return budget
-    found = run.previous if run.previous is not None else (run.finished or {}).get("record")
-    recorded = (found or {}).get("memory_budget")
-    return budget if recorded is None else int(recorded)
+    return int(recorded["memory_budget"])

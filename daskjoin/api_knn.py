@@ -115,5 +115,5 @@ def knn_join(a, b=None, *, k, method: str = "auto", backend: str = "auto", outpu
                            memory_budget=int(plan.memory_budget))
 
     return write_join(out, opts["overwrite"], opts["resume"], checked[-1],
-                      lambda budget: _plan((*checked[:-1], budget), **plan_options), record, KnnJob.from_plan, extra,
+                      lambda budget, recorded: _plan((*checked[:-1], budget), **plan_options), record, KnnJob.from_plan, extra,
                       client, opts["progress"])

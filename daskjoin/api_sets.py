@@ -152,7 +152,7 @@ def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", metho
     client = resolve(client)
     sources = {}
 
-    def make_plan(budget):
+    def make_plan(budget, recorded=None):
         thr, options, _, in_a, in_b = checked
         plan, in_a, in_b = _planned((thr, options, budget, in_a, in_b), method=method, backend=backend,
                                     client=client, partitions=partitions)

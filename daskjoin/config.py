@@ -14,6 +14,10 @@ DEFAULTS = {
         "cache-dir": None,
         # Numba threads per task; None: the worker's cores divided by its task threads
         "numba-threads": None,
+        # tasks of one join its cluster runs at once, for which the planner cuts a large join that one task
+        # could hold; "auto": the GPU workers for GPU tasks, the hosts for CPU tasks (a CPU task's Numba
+        # kernels use every core of its host already)
+        "parallel-tasks": "auto",
         # bytes of pairs one Parquet row group holds before a task writes it out
         "row-group-bytes": "128MiB",
         # bytes of pairs a task sorts by (i, j) in memory; a larger partition is sorted in runs

@@ -95,3 +95,66 @@ def test_local_cuda_cluster_helper(store, reference, tmp_path):
         assert _files(tmp_path / "pairs.parquet") == reference
     finally:
         close_default()
+
+
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory):
+    """Just over the rows from which a join is cut for several workers (planning.cost.SPLIT_MIN_ROWS)."""
+    pytest.importorskip("cupy")
+    from daskjoin.planning.cost import SPLIT_MIN_ROWS
+
+    x = np.random.default_rng(52).random((SPLIT_MIN_ROWS + 20_000, 3))
+    eps = 0.01
+    path = write_zarr(tmp_path_factory.mktemp("gpub") / "x.zarr", x, 1 << 16)
+    frame = dj.similarity_join(path, eps=eps, backend="gpu", client=in_process()).compute()
+    want = np.stack([frame["i"].to_numpy(), frame["j"].to_numpy()], axis=1)
+    return path, eps, want[np.lexsort((want[:, 1], want[:, 0]))]
+
+
+def _cut_join(client, big_store, out, workers: int):
+    """A large join on ``workers`` GPU workers: cut for them, run by all of them, the pairs of one task."""
+    import pyarrow.parquet as pq
+    from distributed import get_task_stream
+
+    path, eps, want = big_store
+    plan = dj.plan_join(path, eps=eps, backend="gpu", client=client, memory_budget="16GB")
+    assert plan.parallelism == workers and plan.ntasks == workers * (workers + 1) // 2, plan.explain()
+    assert dj.similarity_join(path, eps=eps, backend="gpu", client=client, output="count",
+                              memory_budget="16GB") == len(want)
+    with get_task_stream(client) as stream:
+        result = dj.similarity_join(path, eps=eps, out=out, backend="gpu", client=client, memory_budget="16GB")
+    ran_on = {t["worker"] for t in stream.data if "partition_to_parquet" in str(t.get("key", ""))}
+    assert len(ran_on) == workers, "every GPU worker should have taken tasks"
+    table = pq.read_table(out, columns=["i", "j"])
+    got = np.stack([table["i"].to_numpy(), table["j"].to_numpy()], axis=1)
+    assert result.pairs == len(want)
+    assert np.array_equal(got[np.lexsort((got[:, 1], got[:, 0]))], want)
+
+
+def test_a_large_join_is_cut_for_two_gpu_workers_of_one_device(big_store, tmp_path):
+    from distributed import Client
+
+    with _spec_cluster({"g0": {"resources": {"GPU": 1}}, "g1": {"resources": {"GPU": 1}}}) as cluster, \
+            Client(cluster) as client:
+        client.wait_for_workers(2, timeout=120)
+        _cut_join(client, big_store, tmp_path / "pairs.parquet", 2)
+
+
+def test_a_large_join_spreads_over_every_gpu(big_store, tmp_path):
+    """One dask-cuda worker per GPU of the machine (needs two or more GPUs): each on its own device."""
+    pytest.importorskip("dask_cuda")
+    import cupy as cp
+
+    gpus = cp.cuda.runtime.getDeviceCount()
+    if gpus < 2:
+        pytest.skip("one GPU here: the multi-GPU path is covered by two workers sharing it")
+    from daskjoin.execution.cluster import close_default, start_local_cuda
+
+    client = start_local_cuda(memory_limit=0)
+    try:
+        client.wait_for_workers(gpus, timeout=180)
+        buses = client.run(lambda: __import__("cupy").cuda.Device().pci_bus_id)
+        assert len(set(buses.values())) == gpus, f"workers share devices: {buses}"
+        _cut_join(client, big_store, tmp_path / "pairs.parquet", gpus)
+    finally:
+        close_default()

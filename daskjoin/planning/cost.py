@@ -22,6 +22,26 @@ def choose_method(requested: str, d: int, *, gpu: bool = False) -> tuple[str, st
     )
 
 
+#: below these sizes a join stays in as few tasks as its budget allows, whatever the cluster: splitting it for
+#: several workers would add more per-task cost (reading a block twice, a grid built per task) than it saves
+SPLIT_MIN_ROWS = 1 << 20
+SPLIT_MIN_PAIRS = 1 << 24
+#: brute force's work is the row products: split from ~0.3 s of GPU tile work (280k x 128-d)
+SPLIT_MIN_PRODUCTS = 1e13
+
+
+def parallel_split(parallelism: int, *, rows: int, pairs: float, products: float) -> int:
+    """Into how many blocks (self-join: block pairs of them; slabs: twice as many) a join is cut at least so
+    that ``parallelism`` workers share it: 1 (no split) for one worker or a small join.
+
+    ``parallelism`` blocks of a self-join give p(p+1)/2 block pairs: p-1 of twice the work of a diagonal one,
+    so that largest-first scheduling gives every worker the same share (p = 2: 1/2 | 1/4 + 1/4)."""
+    if parallelism <= 1:
+        return 1
+    big = rows >= SPLIT_MIN_ROWS or pairs >= SPLIT_MIN_PAIRS or products >= SPLIT_MIN_PRODUCTS
+    return int(parallelism) if big else 1
+
+
 def choose_partitioning(requested: str, *, fits_one_task: bool, kept_fraction: float, nblocks: int) -> tuple[str, str]:
     """Chunk pairs when they prune well (or one task suffices); slabs over a sorted copy otherwise."""
     if requested != "auto":

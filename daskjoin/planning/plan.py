@@ -79,6 +79,7 @@ class Plan:
     inputs_token: str = field(default="", repr=False)  # fingerprint of Zarr inputs, part of the tasks' keys
     steps: tuple[PlanStep, ...] = ()  # the passes over the data planning ran (or found cached)
     count_only: bool = False  # planned for output="count": tasks hold no pairs, so partitions size for rows only
+    parallelism: int = 1  # the tasks its cluster runs at once, planned for (a large join is cut for them)
 
     @property
     def ntasks(self) -> int:
@@ -102,7 +103,7 @@ class Plan:
             f"  input:         A {self.a.label} ({self.a.n:,} × {self.a.d}){shape_b}",
             f"  method:        {self.method} on {self._backend_text()} - {self.method_reason}",
             f"  partitioning:  {self.partitioning} - {self.partitioning_reason}",
-            f"  tasks:         {self.ntasks}",
+            f"  tasks:         {self.ntasks}" + (f" (for {self.parallelism} workers at once)" if self.parallelism > 1 else ""),
             f"  estimate:      {self.estimate.describe()}",
             f"  memory/task:   up to ~{fmt_bytes(worst)} (budget {fmt_bytes(self.memory_budget)})"
             + (": a count holds no pairs" if self.count_only else ""),

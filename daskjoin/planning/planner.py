@@ -96,6 +96,14 @@ def _sorted(source: Source, dim: int, stats, runner, budget: int, fingerprint: s
     return open_sorted(path, dim), f"sorted copy {'built at' if built else 'reused from'} {path}"
 
 
+def _split_rows(n: int, blocks: int, chunk_rows: int) -> int:
+    """Rows per block that cut ``n`` rows into ``blocks`` blocks of nearly equal size, made of whole input
+    chunks where that changes a block by at most an eighth (a block then reads whole chunks)."""
+    rows = -(-n // blocks)
+    aligned = -(-rows // chunk_rows) * chunk_rows
+    return aligned if aligned - rows <= rows // 8 and aligned < n else rows
+
+
 def _data_bytes(source: Source) -> int:
     return int(source.n) * int(source.d) * np.dtype(source.dtype).itemsize
 
@@ -132,28 +140,31 @@ def _inputs_token(fp_a: str | None, fp_b: str | None) -> str:
 
 def make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitioning: str, backend: str,
               memory_budget: int, runner, gpu: bool = False, gpu_options: tuple = (), cluster=None,
-              count_only: bool = False) -> Plan:
+              count_only: bool = False, parallelism: int = 1) -> Plan:
     """Plan a join: one statistics pass per input (cached for Zarr), a sampled estimate, partitions.
 
     ``cluster`` identifies the cluster the plan is for (part of the in-process cache key).
     ``count_only``: a plan for an exact count, whose tasks hold no pairs (partitions sized by rows).
+    ``parallelism``: the tasks the cluster runs at once (its GPU workers, for GPU tasks); a large join is cut
+    into at least that many blocks (:func:`.cost.parallel_split`) even where one task would hold it.
     """
     if partitioning not in PARTITIONINGS:
         raise InputError(f"partitioning must be one of {PARTITIONINGS}, got {partitioning!r}")
     options = (method, partitioning, backend, int(memory_budget), bool(gpu), tuple(gpu_options), cluster,
-               bool(count_only))
+               bool(count_only), int(parallelism))
     key = _plan_key(a, b, eps, options)
     hit = None if key is None else CACHE.get("plans", key)
     if hit is not None and _still_there(hit):
         return CACHE.put("plans", key, _reused(hit))
     plan = _make_plan(a, b, eps, method=method, partitioning=partitioning, backend=backend,
                       memory_budget=memory_budget, runner=runner, gpu=gpu, gpu_options=gpu_options,
-                      count_only=count_only)
+                      count_only=count_only, parallelism=parallelism)
     return plan if key is None else CACHE.put("plans", key, plan)
 
 
 def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitioning: str, backend: str,
-               memory_budget: int, runner, gpu: bool, gpu_options: tuple, count_only: bool = False) -> Plan:
+               memory_budget: int, runner, gpu: bool, gpu_options: tuple, count_only: bool = False,
+               parallelism: int = 1) -> Plan:
     zarr_inputs = isinstance(a, ZarrSource) and (b is None or isinstance(b, ZarrSource))
     fp_a = cache.fingerprint(a) if zarr_inputs else None
     fp_b = cache.fingerprint(b) if zarr_inputs and b is not None else None
@@ -167,9 +178,15 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     held = 0.0 if count_only else est.upper  # the pairs a task holds: none when it only counts them
     fits = total_rows * row_bytes(a.d, 8) + held * PAIR_BYTES <= memory_budget
     rows = max(n_a, n_b, 1) if fits else block_rows_for(memory_budget, n_a, n_b, a.d, held, a.chunk_rows)
+    products = float(n_a) * float(n_b) * a.d if chosen_method == "brute" else 0.0
+    split = cost.parallel_split(parallelism, rows=total_rows, pairs=est.upper, products=products)
+    if split > 1:
+        rows = min(rows, _split_rows(max(n_a, n_b, 1), split, a.chunk_rows))
     parts, kept = plan_block_pairs(stats_a, stats_b, eps, rows, est.upper)
     nblocks = -(-max(n_a, 1) // rows)
     chosen, reason = cost.choose_partitioning(partitioning, fits_one_task=fits, kept_fraction=kept, nblocks=nblocks)
+    if split > 1 and chosen == "chunk_pairs":
+        reason += f"; cut into {nblocks} blocks ({len(parts)} block pairs) so that {parallelism} workers share it"
     reader_a, reader_b, notes = a, b, []
     if chosen == "slabs":
         lo = stats_a.lo_all if b is None else np.minimum(stats_a.lo_all, stats_b.lo_all)
@@ -181,6 +198,9 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
             reader_b, note = _sorted_step("B", b, dim, stats_b, runner, memory_budget, fp_b, steps)
             notes.append(f"B {note}")
         slab_rows = slab_rows_for(memory_budget, n_a, n_b, a.d, held)
+        if split > 1:  # twice the workers: slabs differ in work where the data are skewed along the key
+            slab_rows = min(slab_rows, -(-max(n_a, 1) // (2 * split)))
+            reason += f"; at least {2 * split} slabs so that {parallelism} workers share them"
         parts = plan_slabs(reader_a, reader_b, eps, slab_rows, est.upper)
         reason += f"; split on dimension {dim}"
     if not parts:
@@ -191,6 +211,7 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         reader_a=reader_a, reader_b=reader_b, partitions=parts, estimate=est,
         memory_budget=memory_budget, notes=tuple(notes), gpu_options=gpu_options,
         inputs_token=_inputs_token(fp_a, fp_b), steps=tuple(steps), count_only=bool(count_only),
+        parallelism=int(parallelism),
     )
     worst = max(plan.task_memory(p) for p in parts)
     if worst > memory_budget:

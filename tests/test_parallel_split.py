@@ -1,0 +1,121 @@
+"""A large join is cut for the workers that run it at once (GPU workers, CPU worker processes), whatever its
+budget allows; small joins and one-worker clusters keep their plans; a resumed run keeps the cut it recorded."""
+from __future__ import annotations
+
+import os
+
+import dask
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from scipy.spatial import cKDTree
+
+import daskjoin as dj
+from daskjoin.execution.inprocess import in_process
+from daskjoin.execution.resources import task_slots
+from daskjoin.planning import cost
+from daskjoin.planning.planner import _split_rows
+from daskjoin.validation import InputError
+from joinhelpers import write_zarr
+
+N_BIG = cost.SPLIT_MIN_ROWS + 50_000
+
+
+def test_parallel_split_only_for_several_workers_and_large_joins():
+    big = dict(rows=cost.SPLIT_MIN_ROWS, pairs=0.0, products=0.0)
+    assert cost.parallel_split(1, **big) == 1
+    assert cost.parallel_split(2, **big) == 2
+    assert cost.parallel_split(4, **big) == 4
+    assert cost.parallel_split(4, rows=1000, pairs=0.0, products=0.0) == 1
+    assert cost.parallel_split(3, rows=1000, pairs=cost.SPLIT_MIN_PAIRS, products=0.0) == 3
+    assert cost.parallel_split(2, rows=1000, pairs=0.0, products=cost.SPLIT_MIN_PRODUCTS) == 2
+    assert cost.parallel_split(2, rows=cost.SPLIT_MIN_ROWS - 1, pairs=cost.SPLIT_MIN_PAIRS - 1,
+                               products=cost.SPLIT_MIN_PRODUCTS / 2) == 1
+
+
+@pytest.mark.parametrize("n,blocks,chunk,expected", [
+    (20_000_000, 2, 1_000_000, 10_000_000),  # whole chunks
+    (20_000_000, 3, 1_000_000, 7_000_000),  # 6,666,667 -> 7M: within an eighth
+    (2_500_000, 2, 1_000_000, 1_250_000),  # 2M would leave blocks of 2M and 0.5M: not aligned
+    (10, 3, 100, 4),
+    (1_000_001, 2, 64, 500_032),
+])
+def test_split_rows_equal_blocks_of_whole_chunks_where_close(n, blocks, chunk, expected):
+    rows = _split_rows(n, blocks, chunk)
+    assert rows == expected
+    assert -(-n // rows) == blocks
+
+
+def test_task_slots_in_process_one_cpu_tasks_per_host_or_configured(client):
+    assert task_slots(in_process(), on_gpu=False) == 1
+    assert len(client.scheduler_info()["workers"]) == 2
+    assert task_slots(client, on_gpu=False) == 1  # two workers of one host: its cores, used by either
+    with dask.config.set({"daskjoin.parallel-tasks": 3}):
+        assert task_slots(client, on_gpu=False) == 3
+        assert task_slots(in_process(), on_gpu=False) == 3
+    for bad in (0, -1, "two", 1.5):
+        with dask.config.set({"daskjoin.parallel-tasks": bad}), pytest.raises(InputError, match="parallel-tasks"):
+            task_slots(client, on_gpu=False)
+
+
+@pytest.fixture
+def two_slots():
+    """The session cluster's two workers (one host) counted as two task slots, as two GPU workers would be."""
+    with dask.config.set({"daskjoin.parallel-tasks": 2}):
+        yield
+
+
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory):
+    """Slightly over SPLIT_MIN_ROWS 2-d points with a few thousand pairs at eps (cheap to join and to check)."""
+    rng = np.random.default_rng(7)
+    x = rng.random((N_BIG, 2))
+    path = write_zarr(str(tmp_path_factory.mktemp("split") / "x.zarr"), x, chunk_rows=1 << 16)
+    eps = 4e-4
+    return path, x, eps, len(cKDTree(x).query_pairs(eps, output_type="ndarray"))
+
+
+def test_large_join_on_two_workers_is_cut_in_two_blocks_and_exact(client, big_store, two_slots):
+    path, _, eps, expected = big_store
+    plan = dj.plan_join(path, eps=eps, client=client, memory_budget="8GB", output="count")
+    assert plan.parallelism == 2 and plan.ntasks == 3  # blocks (0,0), (0,1), (1,1)
+    assert plan.partitioning == "chunk_pairs"
+    assert "so that 2 workers share it" in plan.explain()
+    assert "(for 2 workers at once)" in plan.explain()
+    assert dj.similarity_join(path, eps=eps, client=client, memory_budget="8GB", output="count") == expected
+    with dask.config.set({"daskjoin.parallel-tasks": "auto"}):
+        one = dj.plan_join(path, eps=eps, client=client, memory_budget="8GB", output="count")
+    assert one.parallelism == 1 and one.ntasks == 1
+
+
+def test_small_join_is_not_cut(client, tmp_path, two_slots):
+    x = np.random.default_rng(1).random((5000, 3))
+    plan = dj.plan_join(write_zarr(str(tmp_path / "s.zarr"), x), eps=0.05, client=client, memory_budget="1GB")
+    assert plan.ntasks == 1 and plan.parallelism == 2
+
+
+def test_slabs_are_at_least_twice_the_workers(client, big_store, two_slots):
+    path, _, eps, expected = big_store
+    plan = dj.plan_join(path, eps=eps, client=client, memory_budget="8GB", partitioning="slabs", output="count")
+    assert plan.ntasks >= 4
+    assert "at least 4 slabs" in plan.explain()
+    assert dj.similarity_join(path, eps=eps, client=client, memory_budget="8GB", partitioning="slabs",
+                              output="count") == expected
+
+
+def test_finished_run_is_recognised_on_another_cluster_size(client, big_store, tmp_path):
+    """The record keeps the cut: re-running a finished two-slot output in this process (one slot) is a
+    no-op, not a refusal over different partitions; the pairs are the oracle's."""
+    path, x, eps, expected = big_store
+    out = str(tmp_path / "pairs.parquet")
+    with dask.config.set({"daskjoin.parallel-tasks": 2}):
+        first = dj.similarity_join(path, eps=eps, client=client, out=out, memory_budget="8GB")
+    assert first.status == "new" and first.pairs == expected and first.plan.ntasks == 3
+    again = dj.similarity_join(path, eps=eps, client=in_process(), out=out, memory_budget="8GB", resume=True)
+    assert again.status == "finished" and again.pairs == expected
+    table = pq.read_table(out, columns=["i", "j"])
+    got = np.stack([table["i"].to_numpy(), table["j"].to_numpy()], axis=1)
+    want = cKDTree(x).query_pairs(eps, output_type="ndarray")
+    assert len(got) == len(want)
+    assert np.array_equal(np.unique(got, axis=0), np.unique(np.sort(want, axis=1), axis=0))
+    assert os.path.exists(os.path.join(out, "_SUCCESS"))
