@@ -119,3 +119,30 @@ def test_finished_run_is_recognised_on_another_cluster_size(client, big_store, t
     assert len(got) == len(want)
     assert np.array_equal(np.unique(got, axis=0), np.unique(np.sort(want, axis=1), axis=0))
     assert os.path.exists(os.path.join(out, "_SUCCESS"))
+
+
+def _slow_square(x):
+    import time
+
+    time.sleep(0.05)
+    return x * x
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, None])
+def test_wait_all_keeps_at_most_window_tasks_out(client, window):
+    """With a window, a task is submitted only when fewer than ``window`` are out; results keep their order."""
+    from daskjoin.execution.progress import wait_all
+
+    futures, most = [], [0]
+
+    def submit(items):
+        out = sum(f.status == "pending" for f in futures)
+        most[0] = max(most[0], out + len(items))
+        new = client.map(_slow_square, items, pure=False)
+        futures.extend(new)
+        return new
+
+    items = list(range(9))
+    assert wait_all(client, submit, items, window=window) == [x * x for x in items]
+    assert most[0] == (len(items) if window is None else window)
+    assert len(futures) == len(items)

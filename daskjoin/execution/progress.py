@@ -7,6 +7,9 @@ and while it waits for them (:func:`raise_if_interrupted`).
 """
 from __future__ import annotations
 
+import itertools
+
+
 class Terminated(BaseException):
     """SIGTERM arrived: unwinds like Ctrl-C, so a run's staging files and cluster are cleaned up."""
 
@@ -55,7 +58,7 @@ def _as_completed(client, futures):
 
 
 def wait_all(client, submit, items, *, progress: bool = False, desc: str = "tasks", tally=None,
-             on_result=None) -> list:
+             on_result=None, window: int | None = None) -> list:
     """Run ``submit(items) -> futures`` and return the results in the order of ``items``; a failed task
     raises its own error, and every other task is cancelled.
 
@@ -64,7 +67,9 @@ def wait_all(client, submit, items, *, progress: bool = False, desc: str = "task
     :data:`MAX_RESUBMITS` times each (``submit`` sends the input again).  Results are fetched as
     tasks finish, so a result held by a worker that dies later is not lost.  ``tally(result) ->
     (pairs, bytes)``: what a finished task adds to the bar; ``on_result(k, result)``: called as
-    item ``k`` finishes (a resumable run records it).
+    item ``k`` finishes (a resumable run records it).  ``window``: at most that many tasks submitted
+    at once, the next item as one finishes (items in the order given), so that a scheduler that hands
+    a worker two tasks ahead cannot leave another worker idle while a few large tasks run.
     """
     import time
     from concurrent.futures import CancelledError  # distributed's FutureCancelledError derives from it
@@ -79,8 +84,10 @@ def wait_all(client, submit, items, *, progress: bool = False, desc: str = "task
         raise_if_interrupted()
         if not items:
             return []
-        for k, future in enumerate(submit(list(items))):
+        first = len(items) if window is None else max(1, min(window, len(items)))
+        for k, future in enumerate(submit(list(items[:first]))):
             waiting[future] = k
+        following = iter(range(first, len(items)))
         if progress:
             from tqdm.auto import tqdm
 
@@ -103,6 +110,10 @@ def wait_all(client, submit, items, *, progress: bool = False, desc: str = "task
                 waiting[again] = k
                 completed.add(again)
                 continue
+            for k_next in itertools.islice(following, 1):  # the window moves on: the next item
+                [future] = submit([items[k_next]])
+                waiting[future] = k_next
+                completed.add(future)
             raise_if_interrupted()
             if on_result is not None:
                 on_result(k, result)

@@ -54,6 +54,21 @@ def task_slots(client, on_gpu: bool, workers: dict | None = None) -> int:
     return max(1, len({w.get("host") for w in workers.values()}))
 
 
+def concurrent_tasks(client, job) -> int | None:
+    """How many of ``job``'s tasks the cluster runs at once (None for threads of this process): its GPU
+    workers for GPU tasks (one at a time each), else its task threads."""
+    if getattr(client, "scheduler", None) is None:
+        return None
+    workers = worker_info(client)
+    backend = getattr(job, "backend", "cpu")
+    if backend != "cpu":
+        seen = gpu_seen(client, workers)
+        gpus = sum(bool(v) for v in seen.values())
+        if gpus and (backend == "gpu" or all(seen.values())):
+            return gpus
+    return cluster_threads(client, workers)
+
+
 def cluster_id(client) -> str | None:
     """The scheduler a plan is made for (part of the in-process plan cache key)."""
     scheduler = getattr(client, "scheduler", None)
