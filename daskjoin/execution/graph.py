@@ -10,7 +10,7 @@ import time
 from ..caches import CACHE
 from ..io import parquet_out
 from .progress import raise_if_interrupted, wait_all
-from .resources import gpu_placement
+from .resources import concurrent_tasks, gpu_placement
 from .task import meta_frame, partition_count, partition_frame, partition_to_parquet
 
 #: A job carrying more array data than this is scattered to the workers once instead of riding with each task.
