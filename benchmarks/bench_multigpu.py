@@ -188,7 +188,14 @@ def scaling(args, report, path, backend):
     report["scaling"] = {"workload": info, "rows": []}
     print(f"scaling: {args.n:,} x 3, eps {eps:.6g}; kernel alone count {kernel['count_s']:.3f} s, "
           f"pairs to host {kernel['pairs_to_host_s']:.2f} s ({kernel['pairs']:,} pairs)", flush=True)
-    out = os.path.join(args.workdir, "pairs.parquet")
+    outs = iter(os.path.join(args.workdir, f"pairs-{k}.parquet") for k in range(1_000_000))
+
+    def fresh() -> str:  # a new output path each run: a user's usual case (replacing an output removes the old one)
+        for old in os.listdir(args.workdir):
+            if old.startswith("pairs-"):
+                shutil.rmtree(os.path.join(args.workdir, old), ignore_errors=True)
+        return next(outs)
+
     for g in args.gpus:
         client, start_s = start(g, args.cpu)
         row = {"gpus": g, "cluster_start_s": round(start_s, 2)}
@@ -204,11 +211,11 @@ def scaling(args, report, path, backend):
                    count_tasks=best[1])
         row["plan_count"] = dj.plan_join(store, output="count", **opts).explain()
         _, row["parquet_first_s"], _ = timed(client, "partition_to_parquet",
-                                             lambda: dj.similarity_join(store, out=out, overwrite=True, **opts))
+                                             lambda: dj.similarity_join(store, out=fresh(), **opts))
         best = None
         for _ in range(args.repeat):
-            res, wall, stats = timed(client, "partition_to_parquet",
-                                     lambda: dj.similarity_join(store, out=out, overwrite=True, **opts))
+            out = fresh()
+            res, wall, stats = timed(client, "partition_to_parquet", lambda: dj.similarity_join(store, out=out, **opts))
             if best is None or wall < best[0]:
                 best = (wall, stats, res)
         wall, stats, res = best
@@ -222,13 +229,11 @@ def scaling(args, report, path, backend):
         report["scaling"]["rows"].append(row)
         save(report, path)
         print(json.dumps({k: v for k, v in row.items() if k != "plan_count"}), flush=True)
-    shutil.rmtree(out, ignore_errors=True)
+    fresh()
     shutil.rmtree(store, ignore_errors=True)
 
 
 def outofcore(args, report, path, backend):
-    import pyarrow.parquet as pq
-
     g = max(args.gpus)
     store = os.path.join(args.workdir, "big.zarr")
     shutil.rmtree(store, ignore_errors=True)
@@ -256,6 +261,28 @@ def outofcore(args, report, path, backend):
     row["counts_agree"] = len({c["count"] for c in row["counts"]}) == 1
     for c in row["counts"]:
         c["speedup"] = round(row["counts"][0]["count_s"] / c["count_s"], 2)
+    row["writes"] = []
+    for k in sorted(args.ooc_write_gpus or [g], reverse=True):  # the largest first: its cluster is running
+        if k != g:
+            client, _ = start(k, args.cpu)
+            opts["client"] = client
+        write = _ooc_write(args, client, store, opts, row["count"])
+        write["speedup"] = None
+        row["writes"].append(write)
+        save(report, path)
+        print(json.dumps({key: v for key, v in write.items() if key != "plan"}), flush=True)
+    one = next((w for w in row["writes"] if w["gpus"] == min(w["gpus"] for w in row["writes"])), None)
+    for w in row["writes"]:
+        w["speedup"] = round(one["parquet_s"] / w["parquet_s"], 2)
+    row.update(row["writes"][0])  # the largest GPU count's run, for the table
+    save(report, path)
+    shutil.rmtree(store, ignore_errors=True)
+
+
+def _ooc_write(args, client, store, opts, count) -> dict:
+    """The pairs to Parquet under the out-of-core budget, checked against the count, with peaks sampled."""
+    import pyarrow.parquet as pq
+
     out = os.path.join(args.workdir, "big-pairs.parquet")
     shutil.rmtree(out, ignore_errors=True)
     if not args.cpu:
@@ -264,18 +291,17 @@ def outofcore(args, report, path, backend):
         res, wall, stats = timed(client, "partition_to_parquet", lambda: dj.similarity_join(
             store, out=out, **{**opts, "memory_budget": args.ooc_budget}, partitioning=args.ooc_partitioning))
     footers = sum(pq.read_metadata(os.path.join(out, f)).num_rows for f in os.listdir(out) if f.endswith(".parquet"))
-    row.update(parquet_s=round(wall, 2), plan_s=round(res.plan_seconds, 2), pairs=res.pairs, footer_rows=footers,
-               exact=res.pairs == row["count"] == footers, files=res.files, parquet_gib=round(res.bytes / 2**30, 2),
-               tasks=stats, inside_tasks=res.tasks, pairs_per_s=round(res.pairs / wall), plan=res.plan.explain(),
-               **samplers.summary(), worker_peak_rss_gib=sorted(round(v / 2**30, 2) for v in
-                                                                 client.run(_peak_rss).values()))
+    write = dict(gpus=len(client.scheduler_info()["workers"]), parquet_s=round(wall, 2),
+                 plan_s=round(res.plan_seconds, 2), pairs=res.pairs, footer_rows=footers,
+                 exact=res.pairs == count == footers, files=res.files, parquet_gib=round(res.bytes / 2**30, 2),
+                 tasks=stats, inside_tasks=res.tasks, pairs_per_s=round(res.pairs / wall), plan=res.plan.explain(),
+                 **samplers.summary(),
+                 worker_peak_rss_gib=sorted(round(v / 2**30, 2) for v in client.run(_peak_rss).values()))
     if not args.cpu:
         pools = client.run(bench_scale._pool_sampler_stop)
-        row["pool_used_peak_gib"] = sorted(round(p["used"] / 2**30, 2) for p in pools.values())
-    save(report, path)
-    print(json.dumps({k: v for k, v in row.items() if k not in ("plan", "counts")}), flush=True)
+        write["pool_used_peak_gib"] = sorted(round(p["used"] / 2**30, 2) for p in pools.values())
     shutil.rmtree(out, ignore_errors=True)
-    shutil.rmtree(store, ignore_errors=True)
+    return write
 
 
 def eps_for_k(store: str, k: int, cpu: bool) -> float:
@@ -347,10 +373,11 @@ def table(report: dict) -> None:
     if oc and "parquet_s" in oc:
         counts = ", ".join(f"{c['gpus']} GPUs {c['count_s']:.2f} s (x{c['speedup']})" for c in oc["counts"])
         print(f"\nout of core {oc['n']:,} x 3: count {oc['count']:,} on {counts}, agree {oc['counts_agree']}")
-        print(f"  on {oc['gpus']} GPUs, budget {oc['budget']}: Parquet {oc['pairs']:,} pairs ({oc['parquet_gib']} GiB, {oc['files']} files) "
-              f"in {oc['parquet_s']:.1f} s (plan {oc['plan_s']:.1f}), {oc['tasks'].get('tasks')} tasks, exact "
-              f"{oc['exact']}; host peak {oc['host_used_peak_gib']} GiB, worker RSS {oc['worker_peak_rss_gib']} GiB, "
-              f"GPU {oc.get('gpu_mem_peak_mib')} MiB")
+        for w in oc.get("writes", [oc]):
+            print(f"  {w['gpus']} GPUs, budget {oc['budget']}: Parquet {w['pairs']:,} pairs ({w['parquet_gib']} GiB, "
+                  f"{w['files']} files) in {w['parquet_s']:.1f} s (x{w.get('speedup')}), {w['tasks'].get('tasks')} "
+                  f"tasks, exact {w['exact']}; host peak {w['host_used_peak_gib']} GiB, worker RSS "
+                  f"{w['worker_peak_rss_gib']} GiB, GPU {w.get('gpu_mem_peak_mib')} MiB")
     hd = report.get("highd")
     if hd:
         w = hd["workload"]
@@ -373,6 +400,7 @@ def main() -> None:
     ap.add_argument("--ooc-partitioning", default="chunk_pairs",
                     help="chunk_pairs: no sorted copy of the 200M rows (slabs would build one first)")
     ap.add_argument("--ooc-count-budget", default="48GB", help="the count's tasks hold rows only")
+    ap.add_argument("--ooc-write-gpus", default=None, help="GPU counts that write the Parquet (default: the largest)")
     ap.add_argument("--highd-n", type=int, default=10_000_000)
     ap.add_argument("--highd-d", type=int, default=128)
     ap.add_argument("--highd-budget", default="64GB", help="the count's tasks hold rows only")
@@ -382,6 +410,7 @@ def main() -> None:
     ap.add_argument("--out-json", default=None)
     args = ap.parse_args()
     args.gpus = sorted(int(g) for g in args.gpus.split(","))
+    args.ooc_write_gpus = [int(g) for g in args.ooc_write_gpus.split(",")] if args.ooc_write_gpus else None
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="bench-multigpu-")
     os.makedirs(args.workdir, exist_ok=True)
     backend = "cpu" if args.cpu else "gpu"
