@@ -146,3 +146,15 @@ def test_wait_all_keeps_at_most_window_tasks_out(client, window):
     assert wait_all(client, submit, items, window=window) == [x * x for x in items]
     assert most[0] == (len(items) if window is None else window)
     assert len(futures) == len(items)
+
+
+def test_a_join_the_budget_cuts_finer_is_not_cut_again(client, big_store, two_slots):
+    """Where the budget already gives more blocks than workers, the plan is the one-worker plan, and
+    explain() does not claim a cut for the workers."""
+    path, _, eps, _ = big_store
+    plan = dj.plan_join(path, eps=eps, client=client, memory_budget="24MB", partitioning="chunk_pairs")
+    with dask.config.set({"daskjoin.parallel-tasks": 1}):
+        one = dj.plan_join(path, eps=eps, client=client, memory_budget="24MB", partitioning="chunk_pairs")
+    assert plan.ntasks == one.ntasks > 3
+    assert [(p.a, p.b) for p in plan.partitions] == [(p.a, p.b) for p in one.partitions]
+    assert "workers share" not in plan.explain()

@@ -180,12 +180,13 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     rows = max(n_a, n_b, 1) if fits else block_rows_for(memory_budget, n_a, n_b, a.d, held, a.chunk_rows)
     products = float(n_a) * float(n_b) * a.d if chosen_method == "brute" else 0.0
     split = cost.parallel_split(parallelism, rows=total_rows, pairs=est.upper, products=products)
-    if split > 1:
-        rows = min(rows, _split_rows(max(n_a, n_b, 1), split, a.chunk_rows))
+    cut = split > 1 and _split_rows(max(n_a, n_b, 1), split, a.chunk_rows) < rows  # the budget alone cuts fewer
+    if cut:
+        rows = _split_rows(max(n_a, n_b, 1), split, a.chunk_rows)
     parts, kept = plan_block_pairs(stats_a, stats_b, eps, rows, est.upper)
     nblocks = -(-max(n_a, 1) // rows)
     chosen, reason = cost.choose_partitioning(partitioning, fits_one_task=fits, kept_fraction=kept, nblocks=nblocks)
-    if split > 1 and chosen == "chunk_pairs":
+    if cut and chosen == "chunk_pairs":
         reason += f"; cut into {nblocks} blocks ({len(parts)} block pairs) so that {parallelism} workers share it"
     reader_a, reader_b, notes = a, b, []
     if chosen == "slabs":
@@ -198,8 +199,9 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
             reader_b, note = _sorted_step("B", b, dim, stats_b, runner, memory_budget, fp_b, steps)
             notes.append(f"B {note}")
         slab_rows = slab_rows_for(memory_budget, n_a, n_b, a.d, held)
-        if split > 1:  # twice the workers: slabs differ in work where the data are skewed along the key
-            slab_rows = min(slab_rows, -(-max(n_a, 1) // (2 * split)))
+        fewer = -(-max(n_a, 1) // (2 * split))
+        if split > 1 and fewer < slab_rows:  # twice the workers: slabs differ in work where data are skewed along the key
+            slab_rows = fewer
             reason += f"; at least {2 * split} slabs so that {parallelism} workers share them"
         parts = plan_slabs(reader_a, reader_b, eps, slab_rows, est.upper)
         reason += f"; split on dimension {dim}"
