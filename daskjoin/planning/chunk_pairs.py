@@ -44,8 +44,75 @@ def _block_boxes(stats: BlockStats, starts: np.ndarray):
     return lo, hi
 
 
-def plan_block_pairs(stats_a: BlockStats, stats_b: BlockStats | None, eps: float, rows: int, pairs_upper: float):
-    """Partitions for every block pair whose boxes are within eps; also the fraction of pairs kept."""
+#: a partition's estimate blends where the sampled pairs lie with its share of the row pairs, the
+#: share weighing as much as this many sampled pairs (few sampled pairs: mostly the share)
+PRIOR_PAIRS = 4.0
+#: a heavy partition is halved at most this many times, and not below this many rows a side
+MAX_HALVINGS = 6
+MIN_SPLIT_ROWS = 4096
+
+
+def _row_pair_share(ra, rb, same: bool, n_a: int, n_b: int, selfjoin: bool) -> float:
+    """The partition's share of all row pairs (a self-join's i < j pairs)."""
+    if selfjoin:
+        size = (ra[1] - ra[0]) ** 2 / 2 if same else (ra[1] - ra[0]) * (rb[1] - rb[0])
+        return size / max(1.0, n_a * (n_a - 1) / 2)
+    return (ra[1] - ra[0]) * (rb[1] - rb[0]) / max(1.0, n_a * n_b)
+
+
+class _Estimator:
+    """Pairs of a rectangle of row pairs: ``pairs_upper`` spread by where the sampled pairs lie (blended
+    with the row-pair share, :data:`PRIOR_PAIRS`); by the share alone where no pairs were listed."""
+
+    def __init__(self, pairs_upper: float, pair_rows, n_a: int, n_b: int, selfjoin: bool):
+        self.upper, self.n_a, self.n_b, self.selfjoin = pairs_upper, n_a, n_b, selfjoin
+        self.rows = None if pair_rows is None else (np.asarray(pair_rows[0]), np.asarray(pair_rows[1]))
+        self.sampled = 0 if self.rows is None else len(self.rows[0])
+
+    def __call__(self, ra, rb, same: bool) -> float:
+        share = _row_pair_share(ra, rb, same, self.n_a, self.n_b, self.selfjoin)
+        if not self.sampled:
+            return self.upper * share
+        i, j = self.rows
+        inside = (i >= ra[0]) & (i < ra[1])
+        inside &= ((j >= ra[0]) & (j < ra[1])) if same else ((j >= rb[0]) & (j < rb[1]))
+        return self.upper * (int(inside.sum()) + PRIOR_PAIRS * share) / (self.sampled + PRIOR_PAIRS)
+
+
+def _halves(ra, rb, same: bool):
+    """Two or three rectangles covering a partition's row pairs once: a self block as two blocks and their
+    cross pair (the earlier rows first, so i < j stays true), a cross pair halved along its longer side."""
+    if same:
+        m = (ra[0] + ra[1]) // 2
+        return [((ra[0], m), None, True), ((ra[0], m), (m, ra[1]), False), ((m, ra[1]), None, True)]
+    if ra[1] - ra[0] >= rb[1] - rb[0]:
+        m = (ra[0] + ra[1]) // 2
+        return [((ra[0], m), rb, False), ((m, ra[1]), rb, False)]
+    m = (rb[0] + rb[1]) // 2
+    return [(ra, (rb[0], m), False), (ra, (m, rb[1]), False)]
+
+
+def _split_heavy(cells, estimate, too_heavy, depth: int = 0):
+    """Each (rows a, rows b, same) halved while ``too_heavy(rows, est_pairs)`` and large enough; with estimates."""
+    out = []
+    for ra, rb, same in cells:
+        est = estimate(ra, rb, same)
+        rows = (ra[1] - ra[0]) + (0 if same else rb[1] - rb[0])
+        longest = max(ra[1] - ra[0], 0 if same else rb[1] - rb[0])
+        if depth < MAX_HALVINGS and longest >= 2 * MIN_SPLIT_ROWS and too_heavy(rows, est):
+            out += _split_heavy(_halves(ra, rb, same), estimate, too_heavy, depth + 1)
+        else:
+            out.append((ra, rb, same, est))
+    return out
+
+
+def plan_block_pairs(stats_a: BlockStats, stats_b: BlockStats | None, eps: float, rows: int, pairs_upper: float,
+                     pair_rows=None, too_heavy=None):
+    """Partitions for every block pair whose boxes are within eps; also the fraction of pairs kept.
+
+    Each partition's ``est_pairs`` says where the sampled pairs lie (``pair_rows``, see :class:`_Estimator`);
+    a block pair ``too_heavy(rows, est_pairs)`` is halved (:func:`_halves`) until it is not.
+    """
     n_a = int(stats_a.starts[-1])
     starts_a = block_starts(n_a, rows)
     lo_a, hi_a = _block_boxes(stats_a, starts_a)
@@ -57,18 +124,15 @@ def plan_block_pairs(stats_a: BlockStats, stats_b: BlockStats | None, eps: float
     near = box_d2(lo_a[:, None, :], hi_a[:, None, :], lo_b[None, :, :], hi_b[None, :, :]) <= eps * eps
     na, nb = starts_a.shape[0] - 1, starts_b.shape[0] - 1
     n_b = int(starts_b[-1])
-    parts = []
+    cells = []
     for x in range(na):
         for y in range(x if stats_b is None else 0, nb):
-            if not near[x, y]:
-                continue
-            ra = (int(starts_a[x]), int(starts_a[x + 1]))
-            rb = (int(starts_b[y]), int(starts_b[y + 1]))
-            if stats_b is None:
-                share = ((ra[1] - ra[0]) ** 2 / 2 if x == y else (ra[1] - ra[0]) * (rb[1] - rb[0])) / max(1.0, n_a * (n_a - 1) / 2)
-            else:
-                share = (ra[1] - ra[0]) * (rb[1] - rb[0]) / max(1.0, n_a * n_b)
-            same = stats_b is None and x == y
-            parts.append(Partition(len(parts), ra, None if same else rb, same, pairs_upper * share))
+            if near[x, y]:
+                same = stats_b is None and x == y
+                ra = (int(starts_a[x]), int(starts_a[x + 1]))
+                cells.append((ra, None if same else (int(starts_b[y]), int(starts_b[y + 1])), same))
+    estimate = _Estimator(pairs_upper, pair_rows, n_a, n_b, stats_b is None)
+    cut = _split_heavy(cells, estimate, too_heavy or (lambda rows, est: False))
+    parts = tuple(Partition(k, ra, rb, same, est) for k, (ra, rb, same, est) in enumerate(cut))
     total = na * (na + 1) / 2 if stats_b is None else na * nb
-    return tuple(parts), (len(parts) / total if total else 0.0)
+    return parts, (len(cells) / total if total else 0.0)

@@ -8,7 +8,7 @@ upper confidence bound rather than the point estimate.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -21,6 +21,9 @@ class Estimate:
     upper: float  # a ~97.5% upper bound, used to size partitions
     sampled_pairs: int
     sample_size: tuple
+    #: input rows (i of A, j of B or of A) of the sample's pairs, where the sample rows were given and the
+    #: pairs number at most PAIRS_LISTED: where in the input the pairs lie (per-partition estimates)
+    pair_rows: tuple | None = field(default=None, repr=False, compare=False)
 
     def describe(self) -> str:
         return f"~{self.pairs:,.0f} pairs (upper bound {self.upper:,.0f}; {self.sampled_pairs} pairs in a sample of {self.sample_size})"
@@ -31,17 +34,37 @@ HIGH_D = 16
 HIGH_D_SAMPLE = 5000
 
 
-def _thin(sample: np.ndarray | None) -> np.ndarray | None:
+#: sampled pairs listed with their rows (for per-partition estimates) up to this many
+PAIRS_LISTED = 1 << 20
+
+
+def _thin(sample: np.ndarray | None, rows: np.ndarray | None = None):
+    """The sample (and its rows) thinned to HIGH_D_SAMPLE rows above HIGH_D dimensions."""
     if sample is None or sample.shape[1] <= HIGH_D or sample.shape[0] <= HIGH_D_SAMPLE:
-        return sample
-    return sample[:: -(-sample.shape[0] // HIGH_D_SAMPLE)]
+        return sample, rows
+    step = -(-sample.shape[0] // HIGH_D_SAMPLE)
+    return sample[::step], None if rows is None else rows[::step]
+
+
+def _pair_rows(kernel, sample_a, sample_b, eps, rows_a, rows_b, hits: int):
+    """The input rows of the sample's ``hits`` pairs (A rows, B rows; a self-join's as (smaller, larger))."""
+    if rows_a is None or (sample_b is not None and rows_b is None) or not 0 < hits <= PAIRS_LISTED:
+        return None
+    if sample_b is None:
+        i, j = kernel.self_join(sample_a, eps, with_distance=False)[:2]
+        ri, rj = rows_a[np.asarray(i)], rows_a[np.asarray(j)]
+        return np.minimum(ri, rj), np.maximum(ri, rj)
+    i, j = kernel.cross_join(sample_a, sample_b, eps, with_distance=False)[:2]
+    return rows_a[np.asarray(i)], rows_b[np.asarray(j)]
 
 
 def estimate_pairs(sample_a: np.ndarray, n_a: int, eps: float, sample_b: np.ndarray | None = None, n_b: int | None = None,
-                   *, backend: str = "cpu") -> Estimate:
+                   *, backend: str = "cpu", rows_a: np.ndarray | None = None, rows_b: np.ndarray | None = None) -> Estimate:
     """``backend="gpu"`` where the join will run on a GPU: the sample is counted there (the same exact
-    count), so a GPU run need not load the CPU kernels at all."""
-    sample_a, sample_b = _thin(sample_a), _thin(sample_b)
+    count), so a GPU run need not load the CPU kernels at all.  ``rows_a``/``rows_b``: the input rows of
+    the sampled rows; given, the estimate also says where the sampled pairs lie (``pair_rows``)."""
+    sample_a, rows_a = _thin(sample_a, rows_a)
+    sample_b, rows_b = _thin(sample_b, rows_b)
     kernel = get_kernel("grid", backend)
     m_a = sample_a.shape[0]
     if sample_b is None:
@@ -61,4 +84,5 @@ def estimate_pairs(sample_a: np.ndarray, n_a: int, eps: float, sample_b: np.ndar
         upper=min(upper_hits * scale, float(total_pairs)),
         sampled_pairs=int(hits),
         sample_size=size,
+        pair_rows=_pair_rows(kernel, sample_a, sample_b, eps, rows_a, rows_b, int(hits)),
     )

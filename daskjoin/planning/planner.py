@@ -79,7 +79,8 @@ def _estimate(stats_a, n_a: int, eps: float, stats_b, n_b: int, fingerprints: tu
     # this process's GPU where the tasks will run on GPUs and it has one (a client may have none)
     backend = "gpu" if gpu and resolve_backend("auto") == "gpu" else "cpu"
     est = estimate_pairs(stats_a.sample, n_a, eps, None if stats_b is None else stats_b.sample,
-                         None if stats_b is None else n_b, backend=backend)
+                         None if stats_b is None else n_b, backend=backend, rows_a=stats_a.sample_rows,
+                         rows_b=None if stats_b is None else stats_b.sample_rows)
     return est if key is None else CACHE.put("estimates", key, est)
 
 
@@ -94,6 +95,21 @@ def _sorted(source: Source, dim: int, stats, runner, budget: int, fingerprint: s
     # concurrent joins of one input build its copy once (the others wait, then read it)
     built = commit.build_once(path, sorted_copy_exists, build)
     return open_sorted(path, dim), f"sorted copy {'built at' if built else 'reused from'} {path}"
+
+
+#: a block pair is halved for balance once its estimate exceeds a worker's share by this factor: the cross
+#: pair of two blocks holds half of a uniform self-join, and sampling noise alone must not cut it
+BALANCE_SLACK = 1.25
+
+
+def _too_heavy(budget: int, d: int, pairs_upper: float, count_only: bool, parallelism: int):
+    """Whether a block pair of ``rows`` rows and ``est`` estimated pairs is to be halved: its pairs would
+    not fit the budget beside its rows, or (several workers) it alone holds more than a worker's share."""
+    def heavy(rows: int, est: float) -> bool:
+        if not count_only and rows * row_bytes(d, 8) + est * PAIR_BYTES > budget:
+            return True
+        return parallelism > 1 and est > BALANCE_SLACK * pairs_upper / parallelism
+    return heavy
 
 
 def _split_rows(n: int, blocks: int, chunk_rows: int) -> int:
@@ -183,7 +199,8 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     cut = split > 1 and _split_rows(max(n_a, n_b, 1), split, a.chunk_rows) < rows  # the budget alone cuts fewer
     if cut:
         rows = _split_rows(max(n_a, n_b, 1), split, a.chunk_rows)
-    parts, kept = plan_block_pairs(stats_a, stats_b, eps, rows, est.upper)
+    parts, kept = plan_block_pairs(stats_a, stats_b, eps, rows, est.upper, est.pair_rows,
+                                   _too_heavy(memory_budget, a.d, est.upper, count_only, parallelism if split > 1 else 1))
     nblocks = -(-max(n_a, 1) // rows)
     chosen, reason = cost.choose_partitioning(partitioning, fits_one_task=fits, kept_fraction=kept, nblocks=nblocks)
     if cut and chosen == "chunk_pairs":
