@@ -158,13 +158,31 @@ def configured_address() -> str | None:
 
 
 def _connect(address: str):
-    """One client per address and process, so repeated joins do not pile up connections."""
+    """One client per address and process, so repeated joins do not pile up connections.
+
+    A ``tls://`` address takes its certificates from dask config (``distributed.comm.tls.*``); without
+    them the refusal says so before any connection is tried."""
     from distributed import Client
 
+    if address.startswith("tls://"):
+        _check_tls_config(address)
     client = _CONNECTED.get(address)
     if client is None or client.status not in ("running", "connecting"):
         client = _CONNECTED[address] = Client(address, set_as_default=False)
     return client
+
+
+def _check_tls_config(address: str) -> None:
+    from distributed.security import Security
+
+    if Security().get_connection_args("client").get("ssl_context") is None:
+        from ..validation import InputError
+
+        raise InputError(
+            f"the scheduler {address} speaks TLS, and no client certificate is configured: set dask config's "
+            "distributed.comm.tls.ca-file, .client.cert and .client.key (e.g. DASK_DISTRIBUTED__COMM__TLS__CA_FILE, "
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT, DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY), or pass a Client "
+            "made with security=... to the API")
 
 
 def resolve_client(client=None, *, address: str | None = None):
