@@ -80,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
                                     "batch jobs configured in dask config's jobqueue.slurm / jobqueue.pbs "
                                     "(deploy/hpc/jobqueue.yaml); default: threads of this process")
             p.add_argument("--jobs", type=int, default=None, help="batch jobs to submit with --cluster slurm|pbs (default: 1)")
+            p.add_argument("--rmm-pool-size", default=None, metavar="SIZE",
+                           help="with --cluster local-cuda: each worker's CuPy allocates from an RMM pool of SIZE "
+                                "(e.g. 40GB, or 0.8 of the device; needs the rmm-cu13 package)")
 
     join = command("join", "Join and write the pairs to Parquet (or print their exact count).", handler=_join)
     join_options(join, clusters=True)
@@ -137,11 +140,15 @@ def _client(args):
 
     cluster = getattr(args, "cluster", None)
     jobs = getattr(args, "jobs", None)
+    pool = getattr(args, "rmm_pool_size", None)
+    if pool is not None and cluster != "local-cuda":
+        raise InputError("--rmm-pool-size needs --cluster local-cuda (workers started elsewhere take it as "
+                         "`dask cuda worker --rmm-pool-size SIZE --set-rmm-allocator-for-libs cupy`)")
     if cluster in (None, "local", "local-cuda"):
         if jobs is not None:
             raise InputError(f"--jobs {jobs} needs --cluster slurm or --cluster pbs (it counts batch jobs)")
         if cluster == "local-cuda":
-            return start_local_cuda()
+            return start_local_cuda(rmm_pool_size=pool)
         return start_local() if cluster == "local" else resolve_client(address=args.scheduler)
     jobs = 1 if jobs is None else jobs
     if jobs < 1:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build a wheelhouse for air-gapped GPU nodes: Python 3.12, manylinux x86_64, the `gpu` extra.
+# Build a wheelhouse for air-gapped GPU nodes: Python 3.12, manylinux x86_64, the `gpu` and `gpu-rmm` extras.
 #
 #   bash deploy/build-wheelhouse.sh [DIR] [--slim]   (default DIR: .wheelhouse)
 #
@@ -25,7 +25,7 @@ done
 mkdir -p "$dest"
 python3 -m pip download --only-binary=:all: --python-version 3.12 \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    -d "$dest" 'dask-cuda==26.10.0' 'cupy-cuda13x>=13' 'zarr>=3' 'dask[dataframe]' distributed numba pyarrow \
+    -d "$dest" 'dask-cuda==26.10.0' 'rmm-cu13==26.10.0' 'cupy-cuda13x>=13' 'zarr>=3' 'dask[dataframe]' distributed numba pyarrow \
     pandas tqdm 'setuptools>=77' wheel
 rm -f "$dest"/numpy-*.whl "$dest"/pillow-*.whl
 if [ "$slim" = 1 ]; then

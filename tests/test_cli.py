@@ -352,3 +352,9 @@ def test_bad_input_refused_before_connecting(work, unreachable_runs, key):
     """Bad input must be refused before any work, including connecting to a scheduler."""
     proc = unreachable_runs[key]
     _check_refusal(key, work, proc.returncode, proc.stdout, proc.stderr)
+
+
+def test_rmm_pool_needs_the_local_cuda_cluster(work):
+    proc = run_cli(["join", "x.zarr", "--eps", "0.1", "--count", "--rmm-pool-size", "4GB"], work)
+    assert proc.returncode == 2, _explain(proc)
+    assert "--rmm-pool-size needs --cluster local-cuda" in proc.stderr and "Traceback" not in proc.stderr

@@ -158,3 +158,32 @@ def test_a_large_join_spreads_over_every_gpu(big_store, tmp_path):
         _cut_join(client, big_store, tmp_path / "pairs.parquet", gpus)
     finally:
         close_default()
+
+
+def _allocator_state():
+    """In a worker: CuPy's allocator, the RMM pool's reserve, the device's size and the batch budget."""
+    import cupy as cp
+
+    from daskjoin.kernels.gpu_common import device_budget_bytes, rmm_pool_reserve
+
+    return {"allocator": str(getattr(cp.cuda.get_allocator(), "__module__", "")), "reserve": rmm_pool_reserve(),
+            "total": cp.cuda.runtime.memGetInfo()[1], "budget": device_budget_bytes(0.5)}
+
+
+def test_local_cuda_cluster_with_an_rmm_pool(store, reference, tmp_path):
+    """CuPy allocating from an RMM pool of 90% of the device: the pool counts as free to a task's buffers
+    (without it the budget would see 10% free), and the pairs are the same bytes."""
+    pytest.importorskip("dask_cuda")
+    pytest.importorskip("rmm")
+    from daskjoin.execution.cluster import close_default, start_local_cuda
+
+    client = start_local_cuda(rmm_pool_size=0.9, memory_limit=0)
+    try:
+        for state in client.run(_allocator_state).values():
+            assert state["allocator"].startswith("rmm"), state
+            assert state["reserve"] >= 0.8 * state["total"], state
+            assert state["budget"] >= 0.3 * state["total"], state
+        _run(client, store[1], tmp_path / "pairs.parquet", "gpu")
+        assert _files(tmp_path / "pairs.parquet") == reference
+    finally:
+        close_default()

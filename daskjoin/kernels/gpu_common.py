@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 
 import numpy as np
 
@@ -146,11 +147,34 @@ def device_budget_bytes(fraction: float = 0.5) -> int:
 
     cp = cupy()
     free, _total = cp.cuda.runtime.memGetInfo()
+    free += rmm_pool_reserve()
     limit = device_limit()  # the task's memory budget: a task planned small stays small on the device too
     # fractions of the free memory leave room for whatever else the device holds; within a budget the
     # largest buffer (output pairs and their sort) may take 80% of it, the rest is for points and index
     wanted = free * fraction if not limit else min(free * fraction, LIMITED_SHARE * limit)
     return int(wanted * share())
+
+
+def rmm_pool_reserve() -> int:
+    """Device memory an RMM pool holds for this process where CuPy allocates through RMM (dask-cuda's
+    ``rmm_pool_size``): reserved up front, so not free to cudaMemGetInfo, yet free to this task's buffers
+    (a task's earlier buffers went back to the pool).  0 without RMM."""
+    rmm = sys.modules.get("rmm")
+    if rmm is None:
+        return 0
+    cp = cupy()
+    allocator = getattr(cp.cuda, "get_allocator", lambda: None)()
+    if not str(getattr(allocator, "__module__", "")).startswith("rmm"):
+        return 0
+    try:
+        resource = rmm.mr.get_current_device_resource()
+        for _ in range(8):  # through adaptors (logging, statistics) to the pool
+            if isinstance(resource, rmm.mr.PoolMemoryResource):
+                return int(resource.pool_size())
+            resource = getattr(resource, "upstream_mr", None) or resource.get_upstream()
+    except Exception:  # noqa: BLE001 - another resource kind, or an rmm without these calls: no reserve known
+        return 0
+    return 0
 
 
 #: the share of a task's memory budget its largest device buffer may take (the rest: points and index)
