@@ -5,7 +5,7 @@
 set -uo pipefail
 OUT="${OUT:-device-out}"
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --find-links .wheelhouse --no-build-isolation -e '.[gpu]' SetSimilaritySearch \
+python3 -m pip install -q --no-index --find-links .wheelhouse --no-build-isolation -e '.[gpu-rmm]' SetSimilaritySearch pytest pytest-timeout hypothesis \
     > "$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 for cu in daskjoin/kernels/cuda/*.cu; do
@@ -20,6 +20,7 @@ sets=tests/test_set_join.py
 pids=()
 shard ann tests/test_gpu.py tests/test_overhead.py tests/test_set_groups.py tests/test_cuda_sources.py & pids+=($!)
 shard registry tests/test_kernel_registry.py tests/test_knn_gpu.py & pids+=($!)
+shard clusters tests/test_gpu_cluster.py tests/test_memory_retry.py & pids+=($!)
 shard sets-block "$sets" -k "block" & pids+=($!)
 shard sets-thread "$sets" -k "thread" & pids+=($!)
 shard sets-path "$sets" -k "intersect_path" & pids+=($!)

@@ -4,5 +4,5 @@
 OUT="${OUT:-device-out}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --find-links .wheelhouse --no-build-isolation -e '.[gpu]' "$@" \
+python3 -m pip install -q --no-index --find-links .wheelhouse --no-build-isolation -e '.[gpu-rmm]' "$@" \
     > "$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; exit 1; }
