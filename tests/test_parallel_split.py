@@ -158,3 +158,15 @@ def test_a_join_the_budget_cuts_finer_is_not_cut_again(client, big_store, two_sl
     assert plan.ntasks == one.ntasks > 3
     assert [(p.a, p.b) for p in plan.partitions] == [(p.a, p.b) for p in one.partitions]
     assert "workers share" not in plan.explain()
+
+
+def test_the_cut_for_workers_keeps_the_budgets_partitioning(client, big_store):
+    """Two blocks by the budget keep chunk pairs (every block pair kept: 1.0 <= 2/2); the cut into four for
+    four workers must not turn that into slabs (1.0 > 2/4) and a sorted copy."""
+    path, _, eps, _ = big_store
+    with dask.config.set({"daskjoin.parallel-tasks": 1}):
+        one = dj.plan_join(path, eps=eps, client=client, memory_budget="108MB")
+    with dask.config.set({"daskjoin.parallel-tasks": 4}):
+        four = dj.plan_join(path, eps=eps, client=client, memory_budget="108MB")
+    assert one.partitioning == four.partitioning == "chunk_pairs", (one.explain(), four.explain())
+    assert one.ntasks == 3 and four.ntasks == 10 and "so that 4 workers share it" in four.explain()

@@ -196,13 +196,19 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     rows = max(n_a, n_b, 1) if fits else block_rows_for(memory_budget, n_a, n_b, a.d, held, a.chunk_rows)
     products = float(n_a) * float(n_b) * a.d if chosen_method == "brute" else 0.0
     split = cost.parallel_split(parallelism, rows=total_rows, pairs=est.upper, products=products)
+    # chunk pairs or slabs is the budget's choice: a cut for the workers must not turn chunk pairs into slabs
+    # (4 GPUs, 20M rows: 4 blocks kept 100% > 2/4 chose slabs, and a sorted copy, where the budget's 2 did not)
+    budget_rows = rows
     cut = split > 1 and _split_rows(max(n_a, n_b, 1), split, a.chunk_rows) < rows  # the budget alone cuts fewer
     if cut:
         rows = _split_rows(max(n_a, n_b, 1), split, a.chunk_rows)
     parts, kept = plan_block_pairs(stats_a, stats_b, eps, rows, est.upper, est.pair_rows,
                                    _too_heavy(memory_budget, a.d, est.upper, count_only, parallelism if split > 1 else 1))
     nblocks = -(-max(n_a, 1) // rows)
-    chosen, reason = cost.choose_partitioning(partitioning, fits_one_task=fits, kept_fraction=kept, nblocks=nblocks)
+    if cut and not fits:  # the pruning the budget's blocks would have: the kept share of the uncut plan
+        _, kept = plan_block_pairs(stats_a, stats_b, eps, budget_rows, est.upper)
+    chosen, reason = cost.choose_partitioning(partitioning, fits_one_task=fits, kept_fraction=kept,
+                                              nblocks=-(-max(n_a, 1) // budget_rows))
     if cut and chosen == "chunk_pairs":
         reason += f"; cut into {nblocks} blocks ({len(parts)} block pairs) so that {parallelism} workers share it"
     reader_a, reader_b, notes = a, b, []
