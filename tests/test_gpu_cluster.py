@@ -81,6 +81,20 @@ def test_a_mixed_cluster_places_gpu_tasks_on_gpu_workers(store, reference, tmp_p
         # auto: each task on whichever worker is free, a GPU kernel or a CPU one: the same bytes
         result, ran_on = _run(client, store[1], tmp_path / "auto.parquet", "auto")
         assert _files(tmp_path / "auto.parquet") == reference
+        # a lazy frame of GPU tasks cannot carry the resource: it warns, and submitted under the annotation
+        # it runs on the GPU worker alone
+        import dask
+        from distributed import get_task_stream
+
+        from daskjoin.execution.graph import FramePlacementWarning
+
+        with pytest.warns(FramePlacementWarning):
+            frame = dj.similarity_join(store[1], eps=EPS, memory_budget="2MiB", backend="gpu", client=client)
+        with get_task_stream(client) as stream, dask.annotate(resources={"GPU": 1}):
+            got = client.compute(frame).result()
+        ran = {t["worker"] for t in stream.data if "daskjoin-pairs" in str(t.get("key", ""))}
+        assert ran == {gpu_worker}, ran
+        assert len(got) == result.pairs
 
 
 def test_local_cuda_cluster_helper(store, reference, tmp_path):

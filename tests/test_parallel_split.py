@@ -170,3 +170,23 @@ def test_the_cut_for_workers_keeps_the_budgets_partitioning(client, big_store):
         four = dj.plan_join(path, eps=eps, client=client, memory_budget="108MB")
     assert one.partitioning == four.partitioning == "chunk_pairs", (one.explain(), four.explain())
     assert one.ntasks == 3 and four.ntasks == 10 and "so that 4 workers share it" in four.explain()
+
+
+def test_a_lazy_frame_of_gpu_tasks_on_a_mixed_cluster_warns(client, monkeypatch):
+    """Where GPU tasks are placed by the GPU resource (a cluster mixing GPU and CPU workers), a lazy frame
+    cannot carry it: the user is told how to submit it.  (The placement itself is covered on the GPU machine.)"""
+    from daskjoin.execution import graph
+    from daskjoin.kinds.epsilon import JoinJob
+
+    x = np.random.default_rng(2).random((300, 2))
+    plan = dj.plan_join(x, eps=0.1, client=in_process())
+    job = JoinJob.from_plan(plan)
+    monkeypatch.setattr(graph, "gpu_placement", lambda client, job: {"resources": {"GPU": 1}})
+    with pytest.warns(graph.FramePlacementWarning, match="dask.annotate"):
+        graph.to_dataframe(job, plan.partitions, client=client)
+    monkeypatch.setattr(graph, "gpu_placement", lambda client, job: {})
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", graph.FramePlacementWarning)
+        graph.to_dataframe(job, plan.partitions, client=client)

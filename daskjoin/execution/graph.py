@@ -37,11 +37,30 @@ def to_dataframe(job, parts, *, client=None, cache_key=None, owner=None):
     if not parts:
         frame = dd.from_pandas(meta_frame(job.value), npartitions=1)
     else:
+        _warn_unplaced(client, job)
         frame = dd.from_map(partition_frame, list(parts), args=[_shipped(client, job, broadcast=True)],
                             meta=meta_frame(job.value), label=job.label, enforce_metadata=False)
     if cache_key is not None:
         CACHE.put("frames", cache_key, (owner, frame))
     return frame.copy()
+
+
+class FramePlacementWarning(UserWarning):
+    """A lazy frame of GPU tasks on a cluster where some workers have no GPU: its tasks cannot be kept off them."""
+
+
+def _warn_unplaced(client, job) -> None:
+    """GPU tasks of a lazy frame on a cluster that places them by the ``GPU`` resource: the frame cannot carry
+    it (dask's expression collections drop annotations made when a collection is built, dask/dask#10937),
+    so the user is told how to submit it (counts and Parquet runs are placed by daskjoin itself)."""
+    if gpu_placement(client, job):
+        import warnings
+
+        warnings.warn(
+            "backend='gpu' on a cluster of GPU and CPU workers: a lazy frame's tasks may land on a CPU worker "
+            "(and fail there); compute it with `with dask.annotate(resources={'GPU': 1}): client.compute(frame)`, "
+            "or use backend='auto', out=... (Parquet) or output='count', which daskjoin places itself",
+            FramePlacementWarning, stacklevel=4)
 
 
 def _needs_scatter(client, job) -> bool:
