@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Where one partition's time goes: its batches (kernel and transfer), the order check or sort, the Parquet writes.
 
-    python3 benchmarks/profile_task.py STORE --eps E [--part K] [--profile]
+    python3 benchmarks/profile_task.py STORE --eps E [--part K] [--profile] [--memory-budget B]
+        [--partitioning auto|chunk_pairs|slabs] [--backend auto|cpu|gpu]
 
 Plans the join in this process (as the CLI does), then runs partition K's steps one by one on
 the main thread with timers (and cProfile with ``--profile``), and prints a table.
@@ -23,6 +24,9 @@ def main() -> int:
     p.add_argument("--eps", type=float, required=True)
     p.add_argument("--part", type=int, default=0)
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--memory-budget", default=None)
+    p.add_argument("--partitioning", default="auto")
+    p.add_argument("--backend", default="auto")
     args = p.parse_args()
 
     import daskjoin as dj
@@ -33,7 +37,8 @@ def main() -> int:
     from daskjoin.kinds.epsilon import JoinJob
 
     start = time.perf_counter()
-    plan = dj.plan_join(args.store, eps=args.eps)
+    plan = dj.plan_join(args.store, eps=args.eps, memory_budget=args.memory_budget, partitioning=args.partitioning,
+                        backend=args.backend)
     print(plan.explain())
     print(f"plan {time.perf_counter() - start:.2f} s")
     job = JoinJob.from_plan(plan, True)

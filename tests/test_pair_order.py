@@ -281,3 +281,35 @@ def test_a_broken_sorted_run_fails_the_task(broken):
          "plain_after": (np.array([3, 4]), np.array([5, 6]), None)}[broken]
     with pytest.raises(RuntimeError, match="out of order"):
         list(sorted_pieces(iter([a, b]), rows=10, sort_rows=100))
+
+
+@pytest.mark.parametrize("value_dtype", [None, np.float32, np.float64, np.dtype([("a", "<i2"), ("b", "<u2")]),
+                                         np.dtype([("d", "<f4"), ("r", "<i4")])])
+@pytest.mark.parametrize("j_span", [1, 5000, 1 << 40])
+def test_sort_pairs_wide_i_radix_path(value_dtype, j_span):
+    """i spread over far more values than there are pairs (a slab's rows through its sorted copy's ids):
+    the packed-key radix sort, every value's bits kept, against lexsort; and keys too wide to pack."""
+    from daskjoin.kernels.pair_sort import sort_pairs
+
+    rng = np.random.default_rng(3)
+    n = 20_000
+    i = rng.integers(0, 1 << 22, n) - 7
+    j = rng.integers(0, j_span + 1, n) - 3
+    keep = np.unique(np.stack([i, j], 1), axis=0, return_index=True)[1]
+    i, j = i[np.sort(keep)], j[np.sort(keep)]
+    value = None
+    if value_dtype is not None:
+        raw = rng.integers(0, 1 << 62, len(i), dtype=np.int64)
+        value = raw.view(np.uint8)[: len(i) * np.dtype(value_dtype).itemsize].view(value_dtype) \
+            if np.dtype(value_dtype).itemsize <= 8 else None
+    oi, oj, ov = sort_pairs(i, j, value)
+    order = np.lexsort((j, i))
+    assert np.array_equal(oi, i[order]) and np.array_equal(oj, j[order])
+    if value is not None:
+        assert ov.dtype == value.dtype and ov.tobytes() == value[order].tobytes()
+    wide_i = i.copy()
+    wide_i[0] = 1 << 40  # 41 bits of i and 41 of j do not pack: the numpy fallback, the same order
+    if j_span == 1 << 40:
+        oi, oj, _ = sort_pairs(wide_i, j, None)
+        order = np.lexsort((j, wide_i))
+        assert np.array_equal(oi, wide_i[order]) and np.array_equal(oj, j[order])

@@ -4,8 +4,11 @@ Why not ``np.lexsort``: pairs of one partition have ``i`` in a narrow range (a b
 rows) and a few dozen ``j`` per ``i``, so a counting sort on ``i`` (one histogram, one stable
 scatter of the three columns) and an insertion sort of each ``i``'s run beat a comparison sort
 by 10-30x, and the columns are written once instead of gathered through a permutation.
-Where ``i`` spans far more values than there are pairs the counting array would not pay;
-``sort_pairs`` then falls back to numpy.
+Where ``i`` spans far more values than there are pairs (a slab's rows come from all over the input
+through its sorted copy's ids) the counting array would not pay; ``sort_pairs`` then packs
+``(i - min i, j - min j)`` into one 64-bit key and sorts key and value by a least-significant-digit
+radix sort (11 bits a pass, passes only over the bits that vary): 860k pairs of a 2M-row input in
+~15 ms where numpy's argsort and three gathers took ~0.2 s.  Wider keys still fall back to numpy.
 
 Where ``j`` spans less than 2^32 and the value is 4 bytes (the ε-join's float32 distance) or
 absent, each pair moves as one 8-byte word, ``(j - min j) << 32 | value bits``: the scatter makes
@@ -126,6 +129,75 @@ def _sort_runs_packed(oi, packed, vbits, starts, has_value, lo, jlo):
             packed[k] = (word >> 32) + jlo
 
 
+RADIX_BITS = 11
+
+
+@njit(cache=True)
+def _radix_sort(keys, payload, has_payload, total_bits):
+    """``keys`` (uint64, distinct) ascending, ``payload`` moved with them; LSD, RADIX_BITS a pass, passes whose
+    digit is the same for every key skipped.  Returns the sorted (keys, payload); inputs are reused."""
+    n = keys.shape[0]
+    buckets = 1 << RADIX_BITS
+    mask = np.uint64(buckets - 1)
+    other_k = np.empty_like(keys)
+    other_p = np.empty_like(payload) if has_payload else payload
+    src_k, dst_k, src_p, dst_p = keys, other_k, payload, other_p
+    shift = 0
+    while shift < total_bits:
+        counts = np.zeros(buckets, np.int64)
+        ushift = np.uint64(shift)
+        for t in range(n):
+            counts[np.int64((src_k[t] >> ushift) & mask)] += 1
+        single = False
+        for b in range(buckets):
+            if counts[b] == n:
+                single = True
+        if not single:
+            total = 0
+            for b in range(buckets):
+                c = counts[b]
+                counts[b] = total
+                total += c
+            for t in range(n):
+                d = np.int64((src_k[t] >> ushift) & mask)
+                pos = counts[d]
+                counts[d] = pos + 1
+                dst_k[pos] = src_k[t]
+                if has_payload:
+                    dst_p[pos] = src_p[t]
+            src_k, dst_k = dst_k, src_k
+            src_p, dst_p = dst_p, src_p
+        shift += RADIX_BITS
+    return src_k, src_p
+
+
+def _sort_wide(i: np.ndarray, j: np.ndarray, value, lo: int, span: int):
+    """The radix path of :func:`sort_pairs` (``i`` spanning more values than there are pairs); None where
+    ``(i, j)`` do not pack into 64 bits."""
+    jlo, jhi = int(j.min()), int(j.max())
+    bits_j = max(1, (jhi - jlo).bit_length())
+    bits = max(1, (span - 1).bit_length()) + bits_j
+    if bits > 64:
+        return None
+    key = (i - lo).astype(np.uint64) << np.uint64(bits_j)
+    key |= (j - jlo).astype(np.uint64)
+    n = len(i)
+    if value is None:
+        key, _ = _radix_sort(key, np.zeros(1, np.uint32), False, bits)
+        ov = None
+    elif value.dtype.itemsize == 4:
+        key, bits32 = _radix_sort(key, np.ascontiguousarray(value).view(np.uint32).copy(), True, bits)
+        ov = bits32.view(value.dtype)
+    else:  # another width: the order, then one gather
+        key, order = _radix_sort(key, np.arange(n, dtype=np.int64), True, bits)
+        ov = value[order]
+    oi = (key >> np.uint64(bits_j)).astype(np.int64)
+    oi += lo
+    oj = (key & np.uint64((1 << bits_j) - 1)).astype(np.int64)
+    oj += jlo
+    return oi, oj, ov
+
+
 def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None):
     """``(i, j, value)`` sorted by ``(i, j)`` (new arrays; pairs are distinct, so the order is total).
 
@@ -146,6 +218,9 @@ def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None):
     lo, hi = int(i.min()), int(i.max())
     span = hi - lo + 1
     if span > SPAN_PER_PAIR * n + _SPAN_SLACK:
+        wide = _sort_wide(i, j, value, lo, span)
+        if wide is not None:
+            return wide
         key = (i.astype(np.uint64) << np.uint64(32)) | j.astype(np.uint64) \
             if lo >= 0 and hi < (1 << 32) and int(j.min()) >= 0 and int(j.max()) < (1 << 32) else None
         order = np.argsort(key, kind="stable") if key is not None else np.lexsort((j, i))
