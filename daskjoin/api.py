@@ -288,12 +288,13 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
         return join_record("epsilon", (plan.a, plan.b), partitioning=plan.partitioning, parts=plan.partitions,
                            fields=("index", "a", "b", "self_part"), eps=float(plan.eps), selfjoin=plan.selfjoin,
                            with_distance=bool(with_distance), memory_budget=int(plan.memory_budget),
-                           parallelism=int(plan.parallelism))
+                           **({"parallelism": int(plan.parallelism)} if plan.parallelism > 1 else {}))
 
-    def make_plan(budget, recorded):  # a resumed run is cut for the workers it was first planned for
-        return _plan((*checked[:-1], budget), **plan_options, parallelism=recorded.get("parallelism"))
+    def plan_for(budget, recorded):  # a resumed run is cut for the workers it was first planned for (no key: 1)
+        return _plan((*checked[:-1], budget), **plan_options,
+                     parallelism=recorded.get("parallelism", 1) if recorded else None)
 
-    return write_join(out, overwrite, opts["resume"], checked[-1], make_plan, record,
+    return write_join(out, overwrite, opts["resume"], checked[-1], plan_for, record,
                       lambda plan, limit: JoinJob.from_plan(plan, with_distance, limit), extra, client, progress)
 
 

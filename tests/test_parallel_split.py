@@ -8,6 +8,8 @@ import dask
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.spatial import cKDTree
 
 import daskjoin as dj
@@ -53,7 +55,7 @@ def test_task_slots_in_process_one_cpu_tasks_per_host_or_configured(client):
     with dask.config.set({"daskjoin.parallel-tasks": 3}):
         assert task_slots(client, on_gpu=False) == 3
         assert task_slots(in_process(), on_gpu=False) == 3
-    for bad in (0, -1, "two", 1.5):
+    for bad in (0, -1, "two", 1.5, True):
         with dask.config.set({"daskjoin.parallel-tasks": bad}), pytest.raises(InputError, match="parallel-tasks"):
             task_slots(client, on_gpu=False)
 
@@ -190,3 +192,25 @@ def test_a_lazy_frame_of_gpu_tasks_on_a_mixed_cluster_warns(client, monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error", graph.FramePlacementWarning)
         graph.to_dataframe(job, plan.partitions, client=client)
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(2, 5_000_000), blocks=st.integers(2, 16), chunk=st.sampled_from([1, 7, 4096, 65536, 1 << 20]))
+def test_split_rows_gives_exactly_the_blocks_asked(n, blocks, chunk):
+    """Aligning blocks to whole chunks never changes how many there are; from blocks^2 rows (far below the
+    million rows from which a join is cut) that is the number asked for."""
+    rows = _split_rows(n, blocks, chunk)
+    equal = -(-n // blocks)
+    assert -(-n // rows) == -(-n // equal)
+    if n >= blocks * blocks:
+        assert -(-n // rows) == blocks
+    assert rows % chunk == 0 or rows == equal
+
+
+def test_pool_size_refuses_nothing_and_less():
+    from daskjoin.execution.cluster import _pool_size
+
+    assert _pool_size(0.8) == 0.8 and _pool_size("40GB") == "40GB" and _pool_size(2 ** 30) == 2 ** 30
+    for bad in (0, -1, "0", "-0.5"):
+        with pytest.raises(InputError, match="must be positive"):
+            _pool_size(bad)

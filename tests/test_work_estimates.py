@@ -112,3 +112,18 @@ def test_a_block_pair_over_a_workers_share_is_halved_for_several_workers(skewed,
             assert p.est_pairs <= 1.25 * plan.estimate.upper / 4 or longest < 2 * 4096
         assert dj.similarity_join(path, eps=eps, memory_budget="8GB", partitioning="chunk_pairs", client=client,
                                   output="count") == len(want)
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_split_heavy_leaves_cover_every_row_pair_once_through_several_halvings(same, monkeypatch):
+    from daskjoin.planning import chunk_pairs
+
+    monkeypatch.setattr(chunk_pairs, "MIN_SPLIT_ROWS", 2)
+    ra, rb = (3, 40), (None if same else (40, 71))
+    est = _Estimator(1e6, None, 71, 71, selfjoin=True)
+    leaves = _split_heavy([(ra, rb, same)], est, lambda rows, e: rows > 9)
+    assert len(leaves) > 8  # several levels deep
+    pieces = [_row_pairs(a, b, sm) for a, b, sm, _ in leaves]
+    assert sum(len(p) for p in pieces) == len(_row_pairs(ra, rb, same))
+    assert set().union(*pieces) == _row_pairs(ra, rb, same)
+    assert all(i < j for p in pieces for i, j in p)  # a self-join's pairs keep i < j in every piece

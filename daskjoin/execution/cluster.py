@@ -129,11 +129,16 @@ def start_local_cuda(rmm_pool_size=None, **overrides):
 
 def _pool_size(value):
     """A pool size as dask-cuda takes it: bytes, a size string, or a fraction of the device (0 < f <= 1)."""
+    from ..validation import InputError
+
     try:
         number = float(value)
     except (TypeError, ValueError):
         return value  # "40GB": dask-cuda parses it (and says what is wrong with it)
-    return number if 0 < number <= 1 else int(number)
+    if not number > 0:
+        raise InputError(f"an RMM pool size must be positive (bytes, e.g. 40GB, or a fraction of the device "
+                         f"such as 0.8), got {value!r}")
+    return number if number <= 1 else int(number)
 
 
 def start_jobqueue(kind: str, jobs: int, **overrides):

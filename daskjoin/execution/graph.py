@@ -10,7 +10,7 @@ import time
 from ..caches import CACHE
 from ..io import parquet_out
 from .progress import raise_if_interrupted, wait_all
-from .resources import concurrent_tasks, gpu_placement
+from .resources import concurrent_tasks, gpu_placement, gpu_seen
 from .task import meta_frame, partition_count, partition_frame, partition_to_parquet
 
 #: A job carrying more array data than this is scattered to the workers once instead of riding with each task.
@@ -53,7 +53,7 @@ def _warn_unplaced(client, job) -> None:
     """GPU tasks of a lazy frame on a cluster that places them by the ``GPU`` resource: the frame cannot carry
     it (dask's expression collections drop annotations made when a collection is built, dask/dask#10937),
     so the user is told how to submit it (counts and Parquet runs are placed by daskjoin itself)."""
-    if gpu_placement(client, job):
+    if gpu_placement(client, job) and not all(gpu_seen(client).values()):
         import warnings
 
         warnings.warn(

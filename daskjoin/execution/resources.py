@@ -41,8 +41,8 @@ def task_slots(client, on_gpu: bool, workers: dict | None = None) -> int:
     wanted = config.get("parallel-tasks")
     if wanted not in (None, "auto"):
         try:
-            if int(wanted) >= 1 and int(wanted) == float(wanted):
-                return int(wanted)
+            if not isinstance(wanted, bool) and int(float(wanted)) >= 1 and int(float(wanted)) == float(wanted):
+                return int(float(wanted))
         except (TypeError, ValueError):
             pass
         raise InputError(f"daskjoin.parallel-tasks must be 'auto' or a positive integer, got {wanted!r}")

@@ -157,8 +157,10 @@ def device_budget_bytes(fraction: float = 0.5) -> int:
 
 def rmm_pool_reserve() -> int:
     """Device memory an RMM pool holds for this process where CuPy allocates through RMM (dask-cuda's
-    ``rmm_pool_size``): reserved up front, so not free to cudaMemGetInfo, yet free to this task's buffers
-    (a task's earlier buffers went back to the pool).  0 without RMM."""
+    ``rmm_pool_size``): reserved up front, so not free to cudaMemGetInfo, yet free to this task's buffers.
+    The whole pool is counted: free at a task's start (the last task's buffers went back to it), high by
+    what this task already holds when asked later; a batch sized too large then runs out of memory, and
+    the task is run again with half the memory (:mod:`.memory`).  0 without RMM."""
     rmm = sys.modules.get("rmm")
     if rmm is None:
         return 0

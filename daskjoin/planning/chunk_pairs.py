@@ -66,17 +66,36 @@ class _Estimator:
 
     def __init__(self, pairs_upper: float, pair_rows, n_a: int, n_b: int, selfjoin: bool):
         self.upper, self.n_a, self.n_b, self.selfjoin = pairs_upper, n_a, n_b, selfjoin
-        self.rows = None if pair_rows is None else (np.asarray(pair_rows[0]), np.asarray(pair_rows[1]))
-        self.sampled = 0 if self.rows is None else len(self.rows[0])
+        self.sampled = 0 if pair_rows is None else len(pair_rows[0])
+        if self.sampled:  # sorted by i once: a rectangle's pairs are then a slice, searched for j
+            i, j = np.asarray(pair_rows[0], np.int64), np.asarray(pair_rows[1], np.int64)
+            order = np.argsort(i, kind="stable")
+            self.i, self.j = i[order], j[order]
+
+    def _hits(self, ra, rb, same: bool) -> int:
+        lo, hi = np.searchsorted(self.i, ra, side="left")
+        j = self.j[lo:hi]
+        b = ra if same else rb
+        return int(np.count_nonzero((j >= b[0]) & (j < b[1])))
+
+    def _share(self, ra, rb, same: bool) -> float:
+        return _row_pair_share(ra, rb, same, self.n_a, self.n_b, self.selfjoin)
 
     def __call__(self, ra, rb, same: bool) -> float:
-        share = _row_pair_share(ra, rb, same, self.n_a, self.n_b, self.selfjoin)
+        share = self._share(ra, rb, same)
         if not self.sampled:
             return self.upper * share
-        i, j = self.rows
-        inside = (i >= ra[0]) & (i < ra[1])
-        inside &= ((j >= ra[0]) & (j < ra[1])) if same else ((j >= rb[0]) & (j < rb[1]))
-        return self.upper * (int(inside.sum()) + PRIOR_PAIRS * share) / (self.sampled + PRIOR_PAIRS)
+        return self.upper * (self._hits(ra, rb, same) + PRIOR_PAIRS * share) / (self.sampled + PRIOR_PAIRS)
+
+    def floor(self, ra, rb, same: bool) -> float:
+        """What the block pair holds at least, by the sample (its hits less two standard deviations), and
+        never below its row-pair share: where the sample says nothing beyond noise, the share, as before
+        pairs were sampled per partition (uniform data is then cut exactly as by the budget alone)."""
+        share = self._share(ra, rb, same)
+        if not self.sampled:
+            return self.upper * share
+        hits = self._hits(ra, rb, same)
+        return self.upper * max(share, (hits - 2.0 * np.sqrt(hits)) / (self.sampled + PRIOR_PAIRS))
 
 
 def _halves(ra, rb, same: bool):
@@ -93,16 +112,16 @@ def _halves(ra, rb, same: bool):
 
 
 def _split_heavy(cells, estimate, too_heavy, depth: int = 0):
-    """Each (rows a, rows b, same) halved while ``too_heavy(rows, est_pairs)`` and large enough; with estimates."""
+    """Each (rows a, rows b, same) halved while ``too_heavy(rows, its floor estimate)`` and large enough;
+    with their estimates."""
     out = []
     for ra, rb, same in cells:
-        est = estimate(ra, rb, same)
         rows = (ra[1] - ra[0]) + (0 if same else rb[1] - rb[0])
         longest = max(ra[1] - ra[0], 0 if same else rb[1] - rb[0])
-        if depth < MAX_HALVINGS and longest >= 2 * MIN_SPLIT_ROWS and too_heavy(rows, est):
+        if depth < MAX_HALVINGS and longest >= 2 * MIN_SPLIT_ROWS and too_heavy(rows, estimate.floor(ra, rb, same)):
             out += _split_heavy(_halves(ra, rb, same), estimate, too_heavy, depth + 1)
         else:
-            out.append((ra, rb, same, est))
+            out.append((ra, rb, same, estimate(ra, rb, same)))
     return out
 
 

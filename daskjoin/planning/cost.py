@@ -34,8 +34,9 @@ def parallel_split(parallelism: int, *, rows: int, pairs: float, products: float
     """Into how many blocks (self-join: block pairs of them; slabs: twice as many) a join is cut at least so
     that ``parallelism`` workers share it: 1 (no split) for one worker or a small join.
 
-    ``parallelism`` blocks of a self-join give p(p+1)/2 block pairs: p-1 of twice the work of a diagonal one,
-    so that largest-first scheduling gives every worker the same share (p = 2: 1/2 | 1/4 + 1/4)."""
+    ``parallelism`` blocks of a self-join give p(p+1)/2 block pairs: p diagonal ones and p(p-1)/2 cross pairs of
+    twice a diagonal one's work, so that largest-first scheduling gives every worker the same share
+    (p = 2: 1/2 | 1/4 + 1/4)."""
     if parallelism <= 1:
         return 1
     big = rows >= SPLIT_MIN_ROWS or pairs >= SPLIT_MIN_PAIRS or products >= SPLIT_MIN_PRODUCTS

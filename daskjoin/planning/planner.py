@@ -103,8 +103,10 @@ BALANCE_SLACK = 1.25
 
 
 def _too_heavy(budget: int, d: int, pairs_upper: float, count_only: bool, parallelism: int):
-    """Whether a block pair of ``rows`` rows and ``est`` estimated pairs is to be halved: its pairs would
-    not fit the budget beside its rows, or (several workers) it alone holds more than a worker's share."""
+    """The test whether a block pair of ``rows`` rows and ``est`` estimated pairs is to be halved: its pairs
+    would not fit the budget beside its rows, or (several workers) it alone holds more than a worker's share.
+    ``est`` is the block pair's lower estimate (:meth:`.chunk_pairs._Estimator.floor`): sampling noise alone
+    never cuts one."""
     def heavy(rows: int, est: float) -> bool:
         if not count_only and rows * row_bytes(d, 8) + est * PAIR_BYTES > budget:
             return True
@@ -117,7 +119,7 @@ def _split_rows(n: int, blocks: int, chunk_rows: int) -> int:
     chunks where that changes a block by at most an eighth (a block then reads whole chunks)."""
     rows = -(-n // blocks)
     aligned = -(-rows // chunk_rows) * chunk_rows
-    return aligned if aligned - rows <= rows // 8 and aligned < n else rows
+    return aligned if aligned - rows <= rows // 8 and -(-n // aligned) == blocks else rows
 
 
 def _data_bytes(source: Source) -> int:
@@ -204,7 +206,7 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         rows = _split_rows(max(n_a, n_b, 1), split, a.chunk_rows)
     parts, kept = plan_block_pairs(stats_a, stats_b, eps, rows, est.upper, est.pair_rows,
                                    _too_heavy(memory_budget, a.d, est.upper, count_only, parallelism if split > 1 else 1))
-    nblocks = -(-max(n_a, 1) // rows)
+    nblocks = -(-max(n_a, n_b, 1) // rows)
     if cut and not fits:  # the pruning the budget's blocks would have: the kept share of the uncut plan
         _, kept = plan_block_pairs(stats_a, stats_b, eps, budget_rows, est.upper)
     chosen, reason = cost.choose_partitioning(partitioning, fits_one_task=fits, kept_fraction=kept,
