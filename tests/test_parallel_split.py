@@ -214,3 +214,33 @@ def test_pool_size_refuses_nothing_and_less():
     for bad in (0, -1, "0", "-0.5"):
         with pytest.raises(InputError, match="must be positive"):
             _pool_size(bad)
+
+
+def _slow_cube(x):
+    import time
+
+    time.sleep(0.2)
+    return x ** 3
+
+
+def test_a_lost_task_is_sent_again_inside_the_window(client):
+    """A task cancelled under it (its worker's input lost) is submitted again without moving the window:
+    every result comes back once, in order, and no more than the window is ever out."""
+    from daskjoin.execution.progress import wait_all
+
+    futures, most, cancelled = [], [0], []
+
+    def submit(items):
+        out = sum(f.status == "pending" for f in futures)
+        most[0] = max(most[0], out + len(items))
+        new = client.map(_slow_cube, items, pure=False)
+        futures.extend(new)
+        if 4 in items and not cancelled:  # the first time item 4 goes out, it is lost
+            cancelled.append(new[items.index(4)])
+            client.cancel([cancelled[0]])
+        return new
+
+    items = list(range(8))
+    assert wait_all(client, submit, items, window=2) == [x ** 3 for x in items]
+    assert cancelled and cancelled[0].status == "cancelled"
+    assert len(futures) == len(items) + 1 and most[0] <= 2
