@@ -286,10 +286,15 @@ def test_a_broken_sorted_run_fails_the_task(broken):
 @pytest.mark.parametrize("value_dtype", [None, np.float32, np.float64, np.dtype([("a", "<i2"), ("b", "<u2")]),
                                          np.dtype([("d", "<f4"), ("r", "<i4")])])
 @pytest.mark.parametrize("j_span", [1, 5000, 1 << 40])
-def test_sort_pairs_wide_i_radix_path(value_dtype, j_span):
+@pytest.mark.parametrize("chunk_min", [1 << 16, 1000])
+def test_sort_pairs_wide_i_radix_path(value_dtype, j_span, chunk_min, monkeypatch):
     """i spread over far more values than there are pairs (a slab's rows through its sorted copy's ids):
-    the packed-key radix sort, every value's bits kept, against lexsort; and keys too wide to pack."""
+    the packed-key radix sort, serial and in parallel chunks (each chunk's cursors within a bucket), every
+    value's bits kept, against lexsort; and keys too wide to pack."""
+    from daskjoin.kernels import pair_sort
     from daskjoin.kernels.pair_sort import sort_pairs
+
+    monkeypatch.setattr(pair_sort, "RADIX_CHUNK_MIN", chunk_min)
 
     rng = np.random.default_rng(3)
     n = 20_000
