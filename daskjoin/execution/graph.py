@@ -10,7 +10,7 @@ import time
 from ..caches import CACHE
 from ..io import parquet_out
 from .progress import raise_if_interrupted, wait_all
-from .resources import concurrent_tasks, gpu_placement, gpu_seen
+from .resources import concurrent_tasks, gather_directly, gpu_placement, gpu_seen
 from .task import meta_frame, partition_count, partition_frame, partition_to_parquet
 
 #: A job carrying more array data than this is scattered to the workers once instead of riding with each task.
@@ -26,6 +26,7 @@ def to_dataframe(job, parts, *, client=None, cache_key=None, owner=None):
     the same (cached) plan gets a shallow copy of the frame built the first time: same graph
     and keys, no new tokenizing.
     """
+    gather_directly(client)  # the pairs come to the client from the workers, not through the scheduler
     if _needs_scatter(client, job):
         cache_key = None  # a frame holding a scattered future is not kept: the data would stay on the workers
     if cache_key is not None:
@@ -39,7 +40,8 @@ def to_dataframe(job, parts, *, client=None, cache_key=None, owner=None):
     else:
         _warn_unplaced(client, job)
         frame = dd.from_map(partition_frame, list(parts), args=[_shipped(client, job, broadcast=True)],
-                            meta=meta_frame(job.value), label=job.label, enforce_metadata=False)
+                            meta=meta_frame(job.value), label=job.label, enforce_metadata=False,
+                            tasks=len(parts))
     if cache_key is not None:
         CACHE.put("frames", cache_key, (owner, frame))
     return frame.copy()
@@ -128,7 +130,7 @@ def _run(client, func, job, parts, *, progress: bool, desc: str, tally, on_resul
     window = slots if slots and len(parts) <= FEW_TASKS_PER_SLOT * slots else None
 
     def submit(items):
-        return client.map(func, items, job=shipment.get(), pure=False, **placement, **kwargs)
+        return client.map(func, items, job=shipment.get(), pure=False, tasks=len(parts), **placement, **kwargs)
 
     results = wait_all(client, submit, [parts[k] for k in order], progress=progress, desc=desc, tally=tally,
                        on_result=None if on_result is None else lambda k, result: on_result(order[k], result),

@@ -22,6 +22,34 @@ def worker_info(client) -> dict:
     return client.scheduler_info().get("workers", {})
 
 
+#: worker hosts a client on this machine reaches as surely as the scheduler does
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+def gather_directly(client) -> bool:
+    """Have ``client`` fetch results from the workers themselves where they are on this host; True if so.
+
+    Through the scheduler (distributed's default) a frame of 16M pairs (320 MB) came from a
+    ``LocalCluster`` worker in 1.3-2.3 s on the 2-core VM, directly in 0.17 s.  Only where the
+    user's client left the choice open (``direct_to_workers=None``) and every worker listens on
+    loopback, so that nothing can stand between client and workers; ``daskjoin.direct-gather``
+    True or False decides instead.
+    """
+    from .. import config
+
+    if getattr(client, "scheduler", None) is None or getattr(client, "direct_to_workers", False) is not None:
+        return bool(getattr(client, "direct_to_workers", False))
+    wanted = config.get("direct-gather")
+    if wanted in (None, "auto"):
+        workers = worker_info(client)
+        wanted = bool(workers) and all(w.get("host") in LOOPBACK_HOSTS for w in workers.values())
+    elif not isinstance(wanted, bool):
+        raise InputError(f"daskjoin.direct-gather must be 'auto', True or False, got {wanted!r}")
+    if wanted:
+        client.direct_to_workers = True
+    return wanted
+
+
 def cluster_threads(client, workers: dict | None = None) -> int:
     """Task threads of the cluster (1 without one)."""
     workers = worker_info(client) if workers is None else workers

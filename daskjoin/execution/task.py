@@ -102,8 +102,15 @@ def _sorted_pieces(job, part):
     return sorted_pieces(job.batches(part, rows), max_batch_pairs(), rows)
 
 
-def _set_threads() -> None:
-    """Give Numba the cores of this worker divided among its task threads (no oversubscription)."""
+def _set_threads(tasks: int | None = None) -> None:
+    """Give Numba the cores of this worker divided among the tasks it runs at once (no oversubscription).
+
+    At once: its task threads, but no more than the join has tasks (``tasks``), nor fewer than it
+    executes now.  A join of one partition on ``LocalCluster(n_workers=1, threads_per_worker=2)``
+    (the README's first example) would otherwise run its kernel and sort on one of the two cores
+    while the other thread idles.  (The tasks executing alone cannot tell: the first of two tasks
+    handed out together often starts before the worker counts the second.)
+    """
     from ..kernels.parallel_guard import set_threads
 
     wanted = config.get("numba-threads")
@@ -113,11 +120,22 @@ def _set_threads() -> None:
         try:
             from distributed import get_worker
 
-            worker_threads = get_worker().state.nthreads
+            state = get_worker().state
+            threads = max(1, int(state.nthreads))
+            running = min(threads, max(1, int(tasks))) if tasks else threads
+            running = max(running, min(threads, int(state.executing_count)))
         except (ImportError, ValueError, AttributeError):
             return
-        wanted = max(1, (os.cpu_count() or 1) // max(1, worker_threads))
+        wanted = max(1, _cores() // running)
     set_threads(int(wanted))
+
+
+def _cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS tells it)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
 
 
 def describe_part(part) -> str:
@@ -181,8 +199,8 @@ def _task_body(func):
     from ..kernels.memory import budget, out_of_memory, reduced
 
     @functools.wraps(func)
-    def run(part, job, *args, **kwargs):
-        _set_threads()
+    def run(part, job, *args, tasks: int | None = None, **kwargs):
+        _set_threads(tasks)
         for attempt in range(MEMORY_RETRIES + 1):
             turn = _GpuTurn(job)
             try:
