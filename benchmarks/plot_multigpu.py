@@ -59,6 +59,8 @@ def main() -> None:
     for g in gpus[1:]:
         ax.axhline(g, color="grey", lw=0.6, ls=":")
     ax.axhline(1.8, color="tab:red", lw=0.8, ls="--", label="target on 2 GPUs (1.8x)")
+    if 4 in gpus:
+        ax.axhline(3.4, color="tab:purple", lw=0.8, ls="--", label="target on 4 GPUs (3.4x)")
     ax.set_xticks(x, labels, fontsize=8)
     ax.set_ylabel("speedup over 1 GPU")
     ax.set_title(f"daskjoin on {device}: one dask-cuda worker per GPU (wall time on the bars)", fontsize=9)
