@@ -87,6 +87,27 @@ def test_sort_pairs_matches_lexsort(keys, with_value, dtype):
         assert np.array_equal(ov, v[order]) and ov.dtype == dtype
 
 
+def test_sort_pairs_runs_of_every_length_around_the_rank_sorts_limit():
+    """Runs of 0 to 3 x RANK_MAX pairs (ranked up to RANK_MAX, numpy's sort beyond), j in every order, and
+    identical pairs (which the kernels never give) kept, not lost to an equal rank."""
+    from daskjoin.kernels.pair_sort import RANK_MAX, sort_pairs
+
+    rng = np.random.default_rng(11)
+    lengths = list(range(0, 3 * RANK_MAX + 2)) + [RANK_MAX - 1, RANK_MAX, RANK_MAX + 1] * 3
+    i = np.repeat(np.arange(len(lengths)), lengths)
+    j = np.concatenate([rng.permutation(10 * m)[:m] for m in lengths]) - 7
+    dup = rng.choice(len(i), 40, replace=False)
+    i, j = np.concatenate([i, i[dup]]), np.concatenate([j, j[dup]])
+    shuffle = rng.permutation(len(i))
+    i, j = i[shuffle], j[shuffle]
+    value = rng.random(len(i)).astype(np.float32)
+    value[np.isin(shuffle, np.arange(len(i) - 40, len(i)))] = 0.5  # duplicates: the same pair, the same value
+    value[np.isin(shuffle, dup)] = 0.5
+    oi, oj, ov = sort_pairs(i, j, value)
+    order = np.lexsort((value, j, i))
+    assert np.array_equal(oi, i[order]) and np.array_equal(oj, j[order]) and np.array_equal(ov, value[order])
+
+
 @pytest.mark.parametrize("value_dtype", [None, np.float32, np.int32, np.uint32, np.dtype([("a", "<i2"), ("b", "<u2")])])
 @pytest.mark.parametrize("j_span", [1, 1000, (1 << 31) - 1, 1 << 31])
 def test_sort_pairs_packed_words_keep_values_bit_for_bit(value_dtype, j_span):
@@ -96,8 +117,8 @@ def test_sort_pairs_packed_words_keep_values_bit_for_bit(value_dtype, j_span):
 
     rng = np.random.default_rng(j_span)
     n = 3000
-    i = rng.integers(-3, 200, n)  # runs of ~15: the insertion sort's
-    i[:200] = 7  # and one run longer than the insertion sort takes
+    i = rng.integers(-3, 200, n)  # runs of ~15: the rank sort's
+    i[:200] = 7  # and one run longer than the rank sort takes
     j = rng.integers(0, j_span + 1, n) - 5
     j[:2] = [-5, j_span - 5]  # the span's ends
     keep = np.unique(np.stack([i, j], 1), axis=0, return_index=True)[1]

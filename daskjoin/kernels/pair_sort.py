@@ -2,7 +2,7 @@
 
 Why not ``np.lexsort``: pairs of one partition have ``i`` in a narrow range (a block or slab of
 rows) and a few dozen ``j`` per ``i``, so a counting sort on ``i`` (one histogram, one stable
-scatter of the three columns) and an insertion sort of each ``i``'s run beat a comparison sort
+scatter of the three columns) and a rank sort of each ``i``'s run beat a comparison sort
 by 10-30x, and the columns are written once instead of gathered through a permutation.
 Where ``i`` spans far more values than there are pairs (a slab's rows come from all over the input
 through its sorted copy's ids) the counting array would not pay; ``sort_pairs`` then packs
@@ -105,29 +105,46 @@ def _sort_runs(oi, oj, ov, starts, has_value, lo):
                 ov[a:b] = vs
 
 
+#: runs (one ``i``'s pairs) of up to this many pairs are sorted by rank, longer ones by numpy's sort
+RANK_MAX = 64
+#: runs a parallel iteration of :func:`_sort_runs_packed` takes (fewer scheduling steps than one a run)
+RUNS_PER_STEP = 256
+
+
 @njit(cache=True, parallel=True)
 def _sort_runs_packed(oi, packed, vbits, starts, has_value, lo, jlo):
-    """Each run's words sorted (insertion sort for short runs, numpy's for long ones), then unpacked in
-    place: ``packed`` becomes the ``j`` column, the value bits go to ``vbits``; ``i`` written per run."""
+    """Each run's words sorted, then unpacked in place: ``packed`` becomes the ``j`` column, the value bits go
+    to ``vbits``; ``i`` written per run.
+
+    A short run is sorted by rank: each word's place is the number of words below it (equal words,
+    which distinct pairs never give, by their position), m^2 comparisons without a branch, which
+    the compiler vectorises: on the 2-core VM 2x faster than an insertion sort of the same runs
+    (16M pairs, ~16 a run: 0.14 s against 0.30 s), whose every step is an unpredictable branch.
+    """
     span = starts.shape[0] - 1
-    for s in prange(span):
-        a, b = starts[s], starts[s + 1]
-        oi[a:b] = lo + s
-        if b - a <= _INSERTION_MAX:
-            for k in range(a + 1, b):
-                key = packed[k]
-                m = k - 1
-                while m >= a and packed[m] > key:
-                    packed[m + 1] = packed[m]
-                    m -= 1
-                packed[m + 1] = key
-        else:
-            packed[a:b].sort()
-        for k in range(a, b):
-            word = packed[k]
-            if has_value:
-                vbits[k] = np.uint32(word & 0xFFFFFFFF)
-            packed[k] = (word >> 32) + jlo
+    for step in prange((span + RUNS_PER_STEP - 1) // RUNS_PER_STEP):
+        held = np.empty(RANK_MAX, np.int64)
+        for s in range(step * RUNS_PER_STEP, min(span, (step + 1) * RUNS_PER_STEP)):
+            a, b = starts[s], starts[s + 1]
+            m = b - a
+            if m > RANK_MAX:
+                packed[a:b].sort()
+            elif m > 1:
+                for t in range(m):
+                    held[t] = packed[a + t]
+                for t in range(m):
+                    word = held[t]
+                    below = 0
+                    for u in range(m):
+                        below += np.int64(held[u] < word) + np.int64((held[u] == word) & (u < t))
+                    packed[a + below] = word
+            row = lo + s
+            for k in range(a, b):
+                word = packed[k]
+                oi[k] = row
+                if has_value:
+                    vbits[k] = np.uint32(word & 0xFFFFFFFF)
+                packed[k] = (word >> 32) + jlo
 
 
 RADIX_BITS = 11
@@ -188,10 +205,24 @@ def _radix_sort(keys, payload, has_payload: bool, total_bits: int):
     return src_k, src_p
 
 
-def _sort_wide(i: np.ndarray, j: np.ndarray, value, lo: int, span: int):
+@njit(cache=True, parallel=True)
+def _extremes(i, j, nchunks):
+    """(min i, max i, min j, max j) in one parallel pass (four numpy reductions read the pairs four times)."""
+    n = i.shape[0]
+    out = np.empty((nchunks, 4), np.int64)
+    for c in prange(nchunks):
+        a, b = n * c // nchunks, n * (c + 1) // nchunks
+        ilo, ihi, jlo, jhi = i[a], i[a], j[a], j[a]
+        for k in range(a + 1, b):
+            ilo, ihi = min(ilo, i[k]), max(ihi, i[k])
+            jlo, jhi = min(jlo, j[k]), max(jhi, j[k])
+        out[c, 0], out[c, 1], out[c, 2], out[c, 3] = ilo, ihi, jlo, jhi
+    return out[:, 0].min(), out[:, 1].max(), out[:, 2].min(), out[:, 3].max()
+
+
+def _sort_wide(i: np.ndarray, j: np.ndarray, value, lo: int, span: int, jlo: int, jhi: int):
     """The radix path of :func:`sort_pairs` (``i`` spanning more values than there are pairs); None where
     ``(i, j)`` do not pack into 64 bits."""
-    jlo, jhi = int(j.min()), int(j.max())
     bits_j = max(1, (jhi - jlo).bit_length())
     bits = max(1, (span - 1).bit_length()) + bits_j
     if bits > 64:
@@ -232,22 +263,22 @@ def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None):
         return i, j, value
     i = np.ascontiguousarray(i, np.int64)
     j = np.ascontiguousarray(j, np.int64)
-    lo, hi = int(i.min()), int(i.max())
+    with serialised():
+        lo, hi, jlo, jhi = (int(x) for x in _extremes(i, j, max(1, min(numba.get_num_threads(), n // RADIX_CHUNK_MIN))))
     span = hi - lo + 1
     if span > SPAN_PER_PAIR * n + _SPAN_SLACK:
-        wide = _sort_wide(i, j, value, lo, span)
+        wide = _sort_wide(i, j, value, lo, span, jlo, jhi)
         if wide is not None:
             return wide
         key = (i.astype(np.uint64) << np.uint64(32)) | j.astype(np.uint64) \
-            if lo >= 0 and hi < (1 << 32) and int(j.min()) >= 0 and int(j.max()) < (1 << 32) else None
+            if lo >= 0 and hi < (1 << 32) and jlo >= 0 and jhi < (1 << 32) else None
         order = np.argsort(key, kind="stable") if key is not None else np.lexsort((j, i))
         return i[order], j[order], (None if value is None else value[order])
     has_value = value is not None
     v = np.ascontiguousarray(value) if has_value else np.zeros(1, np.float32)
     # one chunk per thread, fewer where the per-chunk histograms would outweigh the pairs
     nchunks = max(1, min(numba.get_num_threads(), n // max(1, 2 * span)))
-    jlo = int(j.min())
-    if v.dtype.itemsize == 4 and int(j.max()) - jlo < (1 << 31):
+    if v.dtype.itemsize == 4 and jhi - jlo < (1 << 31):
         oi, oj = np.empty(n, np.int64), np.empty(n, np.int64)
         ov = np.empty(n, v.dtype) if has_value else v
         starts = np.empty(span + 1, np.int64)
