@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from .caches import CACHE
 from .execution import graph
 from .execution.cluster import ClusterRunner
-from .execution.resources import auto_budget, choose_backend, cluster_id, task_slots, worker_info
+from .execution.resources import auto_budget, choose_backend, cluster_id, gpu_seen, task_slots, worker_info
 from .io.parquet_out import OutputRun, check_replaceable
 from .io.zarr_in import ZarrSource, open_points
 from .kinds.epsilon import JoinJob
@@ -122,6 +122,17 @@ def check_output(out, overwrite: bool, protected: dict, resume: bool = False) ->
 
 
 
+def _one_backend(backend: str, on_gpu: bool, client, workers) -> str | None:
+    """The backend every task will run on ("gpu": every worker sees a GPU, or GPU tasks are placed on GPU
+    workers; "cpu": asked for, or no worker sees one), or None where a task's worker decides (a mixed
+    cluster under 'auto')."""
+    if backend == "gpu" or on_gpu:
+        return "gpu"
+    if backend == "cpu" or not any(gpu_seen(client, workers).values()):
+        return "cpu"
+    return None
+
+
 def _plan(checked, *, method, partitioning, backend, client, gpu_options=None, count_only=False,
           parallelism=None) -> Plan:
     """The plan of checked inputs on ``client``'s cluster; ``parallelism`` (default: the cluster's task slots)
@@ -139,7 +150,8 @@ def _plan(checked, *, method, partitioning, backend, client, gpu_options=None, c
         options = tuple(sorted(check_gpu_options("epsilon", chosen, gpu_options).items()))
     plan = make_plan(src_a, src_b, eps, method=method, partitioning=partitioning, backend=resolved_backend,
                      memory_budget=budget, runner=ClusterRunner(client), gpu=on_gpu, cluster=cluster_id(client),
-                     count_only=count_only, parallelism=parallelism)
+                     count_only=count_only, parallelism=parallelism,
+                     share_backend=_one_backend(resolved_backend, on_gpu, client, workers) if parallelism > 1 else None)
     if options:
         key = (id(plan), options)
         hit = CACHE.get("plan-options", key)
@@ -285,8 +297,9 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
         return {"eps": plan.eps, "method": plan.method, "partitioning": plan.partitioning, "selfjoin": plan.selfjoin}
 
     def record(plan):  # what a resumed run must match (a partition's rows decide its part files)
+        shared = ("share",) if any(p.share for p in plan.partitions) else ()  # (older records: no such field)
         return join_record("epsilon", (plan.a, plan.b), partitioning=plan.partitioning, parts=plan.partitions,
-                           fields=("index", "a", "b", "self_part"), eps=float(plan.eps), selfjoin=plan.selfjoin,
+                           fields=("index", "a", "b", "self_part") + shared, eps=float(plan.eps), selfjoin=plan.selfjoin,
                            with_distance=bool(with_distance), memory_budget=int(plan.memory_budget),
                            **({"parallelism": int(plan.parallelism)} if plan.parallelism > 1 else {}))
 

@@ -77,17 +77,38 @@ def big_store(tmp_path_factory):
     return path, x, eps, len(cKDTree(x).query_pairs(eps, output_type="ndarray"))
 
 
-def test_large_join_on_two_workers_is_cut_in_two_blocks_and_exact(client, big_store, two_slots):
-    path, _, eps, expected = big_store
+def test_large_join_on_two_workers_is_cut_into_query_shares_and_exact(client, big_store, two_slots):
+    """One task could hold it: two grid tasks that each index every row and search half the queries (a block
+    cut would cost three block pairs); count, frame and Parquet are the oracle's."""
+    path, x, eps, expected = big_store
     plan = dj.plan_join(path, eps=eps, client=client, memory_budget="8GB", output="count")
-    assert plan.parallelism == 2 and plan.ntasks == 3  # blocks (0,0), (0,1), (1,1)
+    assert plan.parallelism == 2 and plan.ntasks == 2
+    assert [p.share for p in plan.partitions] == [(0, 2, "cpu"), (1, 2, "cpu")]
+    assert all(p.a == (0, N_BIG) and p.b is None and p.self_part for p in plan.partitions)
     assert plan.partitioning == "chunk_pairs"
-    assert "so that 2 workers share it" in plan.explain()
+    assert "its queries cut into 2 shares so that 2 workers share it" in plan.explain()
     assert "(for 2 workers at once)" in plan.explain()
     assert dj.similarity_join(path, eps=eps, client=client, memory_budget="8GB", output="count") == expected
+    frame = dj.similarity_join(path, eps=eps, client=client, memory_budget="8GB").compute()
+    want = np.unique(np.sort(cKDTree(x).query_pairs(eps, output_type="ndarray"), axis=1), axis=0)
+    got = np.stack([frame.i.to_numpy(), frame.j.to_numpy()], axis=1)
+    assert len(got) == expected and np.array_equal(np.unique(got, axis=0), want)
     with dask.config.set({"daskjoin.parallel-tasks": "auto"}):
         one = dj.plan_join(path, eps=eps, client=client, memory_budget="8GB", output="count")
-    assert one.parallelism == 1 and one.ntasks == 1
+    assert one.parallelism == 1 and one.ntasks == 1 and one.partitions[0].share is None
+
+
+def test_a_join_whose_tasks_backend_is_open_is_cut_into_blocks(client, big_store, two_slots, monkeypatch):
+    """Where a task's worker picks the backend (a mixed cluster under 'auto'), shares (each driver's own) are
+    not used: the join is cut into blocks, which every backend joins alike."""
+    import daskjoin.api
+
+    monkeypatch.setattr(daskjoin.api, "_one_backend", lambda *a: None)
+    path, _, eps, expected = big_store
+    plan = dj.plan_join(path, eps=eps, client=client, memory_budget="8GB", output="count")
+    assert plan.ntasks == 3 and all(p.share is None for p in plan.partitions)  # blocks (0,0), (0,1), (1,1)
+    assert "cut into 2 blocks (3 block pairs) so that 2 workers share it" in plan.explain()
+    assert dj.similarity_join(path, eps=eps, client=client, memory_budget="8GB", output="count") == expected
 
 
 def test_small_join_is_not_cut(client, tmp_path, two_slots):
@@ -112,7 +133,8 @@ def test_finished_run_is_recognised_on_another_cluster_size(client, big_store, t
     out = str(tmp_path / "pairs.parquet")
     with dask.config.set({"daskjoin.parallel-tasks": 2}):
         first = dj.similarity_join(path, eps=eps, client=client, out=out, memory_budget="8GB")
-    assert first.status == "new" and first.pairs == expected and first.plan.ntasks == 3
+    assert first.status == "new" and first.pairs == expected and first.plan.ntasks == 2
+    assert first.plan.partitions[1].share == (1, 2, "cpu")
     again = dj.similarity_join(path, eps=eps, client=in_process(), out=out, memory_budget="8GB", resume=True)
     assert again.status == "finished" and again.pairs == expected
     table = pq.read_table(out, columns=["i", "j"])

@@ -142,8 +142,10 @@ def describe_part(part) -> str:
     """Which partition a task ran, in the words of its plan: ``partition 3 (rows [0, 1000) x [1000, 2000))``."""
     first, second = (getattr(part, "a", None), getattr(part, "b", None)) if hasattr(part, "a") else \
         (getattr(part, "r", None), getattr(part, "s", None))
+    share = getattr(part, "share", None)
     rows = "" if first is None else f" (rows [{first[0]}, {first[1]})" + (
-        f" x [{second[0]}, {second[1]})" if second is not None else "") + ")"
+        f" x [{second[0]}, {second[1]})" if second is not None else "") + (
+        f", query share {share[0] + 1} of {share[1]}" if share else "") + ")"
     return f"partition {getattr(part, 'index', '?')}{rows}"
 
 

@@ -41,8 +41,9 @@ class Kernel:
     backend: str = "cpu"
     options: dict = field(default_factory=dict, hash=False, compare=False)
 
-    def _join(self, a, b, eps):
-        """The prepared driver of the registry's ("epsilon", method, backend) entry."""
+    def _join(self, a, b, eps, share=None):
+        """The prepared driver of the registry's ("epsilon", method, backend) entry; ``share``: ``(k, parts)``,
+        the k-th query share only (drivers of ``SHARE_METHODS``)."""
         if self.backend == "gpu":
             from .gpu_common import gpu_available
 
@@ -51,25 +52,34 @@ class Kernel:
         else:
             a = _prepare(a)
             b = None if b is None else _prepare(b)
-        return registry.make("epsilon", self.method, self.backend, a, b, eps, **self.options)
+        options = dict(self.options)
+        if share is not None:
+            if self.method not in SHARE_METHODS:
+                raise ValueError(f"method {self.method!r} does not cut its queries into shares")
+            options["share"] = tuple(share)
+        return registry.make("epsilon", self.method, self.backend, a, b, eps, **options)
 
-    def self_join(self, x, eps, with_distance=True):
-        return self._join(x, None, eps).pairs(with_distance)
+    def self_join(self, x, eps, with_distance=True, share=None):
+        return self._join(x, None, eps, share).pairs(with_distance)
 
-    def cross_join(self, a, b, eps, with_distance=True):
-        return self._join(a, b, eps).pairs(with_distance)
+    def cross_join(self, a, b, eps, with_distance=True, share=None):
+        return self._join(a, b, eps, share).pairs(with_distance)
 
-    def self_count(self, x, eps) -> int:
-        return self._join(x, None, eps).count()
+    def self_count(self, x, eps, share=None) -> int:
+        return self._join(x, None, eps, share).count()
 
-    def cross_count(self, a, b, eps) -> int:
-        return self._join(a, b, eps).count()
+    def cross_count(self, a, b, eps, share=None) -> int:
+        return self._join(a, b, eps, share).count()
 
-    def self_batches(self, x, eps, max_pairs, with_distance=True):
-        return self._join(x, None, eps).batches(max_pairs, with_distance)
+    def self_batches(self, x, eps, max_pairs, with_distance=True, share=None):
+        return self._join(x, None, eps, share).batches(max_pairs, with_distance)
 
-    def cross_batches(self, a, b, eps, max_pairs, with_distance=True):
-        return self._join(a, b, eps).batches(max_pairs, with_distance)
+    def cross_batches(self, a, b, eps, max_pairs, with_distance=True, share=None):
+        return self._join(a, b, eps, share).batches(max_pairs, with_distance)
+
+
+#: methods whose drivers (CPU and GPU) take ``share=(k, parts)``: the k-th of ``parts`` query shares
+SHARE_METHODS = ("grid",)
 
 
 def resolve_backend(backend: str) -> str:

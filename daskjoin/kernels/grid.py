@@ -27,6 +27,7 @@ from .grid_index import boundary_slack, build_index, choose_grid
 from .memory import pair_buffers
 from .parallel_guard import serialised
 from .registry import bounded_ranges, split_batch
+from .shares import cell_range
 from .summary import column_bounds
 
 CELLS_PER_BLOCK = 16
@@ -348,7 +349,9 @@ def _compact_in_place(cap, used, oi, oj, od):
 class GridJoin:
     """A prepared grid join (indexes built); count, pairs or bounded batches on demand."""
 
-    def __init__(self, a: np.ndarray, b: np.ndarray | None, eps: float, *, max_dims: int = 6):
+    def __init__(self, a: np.ndarray, b: np.ndarray | None, eps: float, *, max_dims: int = 6, share=None):
+        """``share``: ``(k, parts)``, only the pairs of the k-th of ``parts`` query shares
+        (:mod:`.shares`: runs of query cells of about equal work; the shares partition the pairs)."""
         self.selfjoin = b is None
         parts = [x for x in (a, b) if x is not None and x.shape[0]]
         if parts:
@@ -362,6 +365,9 @@ class GridJoin:
         self.query = build_index(a, self.spec).as_tuple()
         self.data = self.query if b is None else build_index(b, self.spec).as_tuple()
         self.ncell = int(self.query[1].shape[0])
+        self.shared = share is not None
+        lo, hi = cell_range(self.query[2], share) if self.shared else (0, self.ncell)
+        self.cells = np.arange(lo, hi, dtype=np.int64)  # the query cells this join searches
         self._counts = None
 
     def _args(self):
@@ -370,10 +376,10 @@ class GridJoin:
         return self.query, self.data, self.eps2, self.selfjoin, grid
 
     def counts(self) -> np.ndarray:
-        """Exact pair count of every query cell (cached)."""
+        """Exact pair count of every query cell it searches (``self.cells``; cached)."""
         if self._counts is None:
             with serialised():
-                self._counts = _count_cells(*self._args(), np.arange(self.ncell, dtype=np.int64))
+                self._counts = _count_cells(*self._args(), self.cells)
         return self._counts
 
     def count(self) -> int:
@@ -392,8 +398,8 @@ class GridJoin:
     def _estimated(self) -> float | None:
         """Pairs estimated from every ``SAMPLE_EVERY``-th block of cells; None where counting all is as cheap."""
         nblocks = -(-self.ncell // CELLS_PER_BLOCK)
-        if self._counts is not None or nblocks < SAMPLE_MIN_BLOCKS:
-            return None
+        if self._counts is not None or nblocks < SAMPLE_MIN_BLOCKS or self.shared:
+            return None  # (a share's cells are counted, then filled: the single pass covers all cells)
         sampled = np.concatenate(
             [np.arange(b * CELLS_PER_BLOCK, min((b + 1) * CELLS_PER_BLOCK, self.ncell)) for b in range(0, nblocks, SAMPLE_EVERY)]
         ).astype(np.int64)
@@ -419,7 +425,7 @@ class GridJoin:
         """All pairs as (i, j, dist), in an order that depends only on the inputs."""
         estimate = self._estimated()
         if estimate is None:
-            return self._fill_exact(np.arange(self.ncell, dtype=np.int64), self.counts(), with_distance)
+            return self._fill_exact(self.cells, self.counts(), with_distance)
         (bi, bj, bd, head), rest = self._single_pass(int(estimate * CAPACITY_SLACK / LANES) + 1024)
         with serialised():
             rest_counts = _count_cells(*self._args(), rest)
@@ -446,7 +452,7 @@ class GridJoin:
         max_pairs = max(1, int(max_pairs))
         estimate = self._estimated() if max_pairs >= LANES * 1024 else None
         if estimate is None:
-            cells, counts = np.arange(self.ncell, dtype=np.int64), self.counts()
+            cells, counts = self.cells, self.counts()
         else:
             cap = min(int(estimate * CAPACITY_SLACK / LANES) + 1024, max_pairs // LANES)
             (bi, bj, bd, head), cells = self._single_pass(cap)

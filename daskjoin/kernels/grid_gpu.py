@@ -21,6 +21,7 @@ from .exact import eps_squared
 from .gpu_common import cupy, device_budget_bytes, kernel, pinned_empty, sorted_to_host, to_host
 from .grid_index import MAX_CELL_ID, DENSE_CELLS_PER_POINT, boundary_slack, choose_grid
 from .registry import split_batch, transfer_pairs
+from .shares import point_range
 
 BLOCK = 256
 MAX_INDEXED = 6
@@ -128,7 +129,9 @@ class GpuGridJoin:
     # one thread per point with a work queue was within 3% of the best variant on both;
     # sorting by workload cost 20-50% at 6-d (its extra pass) and gained nothing at 2-d.
     def __init__(self, a, b, eps: float, *, threads_per_point: int = 1, sort_by_workload: bool = False,
-                 work_queue: bool = True, max_dims: int = MAX_INDEXED):
+                 work_queue: bool = True, max_dims: int = MAX_INDEXED, share=None):
+        """``share``: ``(k, parts)``, only the pairs of the k-th of ``parts`` query shares (:mod:`.shares`:
+        runs of sorted query points of about equal work; the shares partition the pairs)."""
         cp = cupy()
         self.selfjoin = b is None
         a = to_device64(a)
@@ -141,8 +144,9 @@ class GpuGridJoin:
         self.work_queue = bool(work_queue)
         self.data = _DeviceIndex(b if b is not None else a, self.spec)
         self.query = self.data if b is None else _DeviceIndex(a, self.spec)
-        self.nitems = self.query.n * self.tpp
-        self.order = cp.arange(self.query.n, dtype=cp.int64)
+        first, last = point_range(self.query.cell_start, share, cp) if share is not None else (0, self.query.n)
+        self.nitems = (last - first) * self.tpp
+        self.order = cp.arange(first, last, dtype=cp.int64)  # the query points, by sorted position
         self._geometry = (
             cp.asarray(self.spec.dims, dtype=cp.int32), cp.asarray(self.spec.origin, dtype=cp.float64),
             cp.asarray(self.spec.widths, dtype=cp.float64), cp.asarray(self.spec.ncells, dtype=cp.int64),
@@ -151,8 +155,8 @@ class GpuGridJoin:
         self._counts = None
         if sort_by_workload and self.nitems:
             work = self._launch(2, 0, self.nitems)
-            per_point = work.reshape(self.query.n, self.tpp).sum(axis=1)
-            self.order = cp.argsort(-per_point, kind="stable").astype(cp.int64)
+            per_point = work.reshape(-1, self.tpp).sum(axis=1)
+            self.order = self.order[cp.argsort(-per_point, kind="stable")].astype(cp.int64)
 
     def _launch(self, mode, lo, hi, offsets=None, out=(None, None, None)):
         cp = cupy()

@@ -95,6 +95,13 @@ class _Sides:
     def __init__(self, job: JoinJob, part: Partition):
         self.job, self.part = job, part
         self.kernel = job.kernel()
+        self.share = None
+        if part.share is not None:
+            k, parts, backend = part.share
+            if self.kernel.backend != backend:  # shares are the driver's own: another backend's differ
+                raise RuntimeError(f"partition {part.index} is query share {k + 1} of {parts} as the {backend} "
+                                   f"driver cuts them, but this worker runs the {self.kernel.backend} driver")
+            self.share = (k, parts)
         empty = host_allocator(self.kernel.backend)
         self.pa, self.ia = _read(job.reader_a, part.a, empty)
         if part.b is not None:
@@ -124,20 +131,20 @@ class _Sides:
         one = not (self.part.self_part and self.part.b is not None)
         if self.part.self_part:
             if max_pairs is None:
-                yield self._globalize(kernel.self_join(self.pa, eps, wd), cross=False)
+                yield self._globalize(kernel.self_join(self.pa, eps, wd, share=self.share), cross=False)
             else:
-                for got in kernel.self_batches(self.pa, eps, max_pairs, wd):
+                for got in kernel.self_batches(self.pa, eps, max_pairs, wd, share=self.share):
                     yield self._globalize(got, cross=False, one_stream=one)
         if self.part.b is not None:
             if max_pairs is None:
-                yield self._globalize(kernel.cross_join(self.pa, self.pb, eps, wd), cross=True)
+                yield self._globalize(kernel.cross_join(self.pa, self.pb, eps, wd, share=self.share), cross=True)
             else:
-                for got in kernel.cross_batches(self.pa, self.pb, eps, max_pairs, wd):
+                for got in kernel.cross_batches(self.pa, self.pb, eps, max_pairs, wd, share=self.share):
                     yield self._globalize(got, cross=True, one_stream=one)
 
     def count(self) -> int:
         kernel = self.kernel
-        total = kernel.self_count(self.pa, self.job.eps) if self.part.self_part else 0
+        total = kernel.self_count(self.pa, self.job.eps, share=self.share) if self.part.self_part else 0
         if self.part.b is not None:
-            total += kernel.cross_count(self.pa, self.pb, self.job.eps)
+            total += kernel.cross_count(self.pa, self.pb, self.job.eps, share=self.share)
         return int(total)

@@ -18,7 +18,8 @@ def row_bytes(d: int, itemsize: int) -> int:
 
 @dataclass(frozen=True)
 class Partition:
-    """One task: a self-join of rows ``a`` (if ``self_part``) plus the cross join of rows ``a`` × rows ``b``.
+    """One task: a self-join of rows ``a`` (if ``self_part``) plus the cross join of rows ``a`` × rows ``b``
+(of one query share of them where ``share`` says so).
 
     Rows index the plan's readers: the inputs themselves (chunk pairs) or their
     sorted copies (slabs); pairs are reported in the inputs' original row ids.
@@ -29,6 +30,9 @@ class Partition:
     b: tuple[int, int] | None
     self_part: bool
     est_pairs: float
+    #: ``(k, parts, backend)``: only the pairs of the k-th of ``parts`` query shares of these rows
+    #: (:mod:`daskjoin.kernels.shares`), as that backend's driver cuts them; None: all
+    share: tuple | None = None
 
     @property
     def rows(self) -> int:

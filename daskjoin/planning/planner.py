@@ -22,7 +22,7 @@ from ..validation import InputError, raise_nonfinite
 from . import cache, cost
 from .bounds import block_stats, stats_cached
 from .chunk_pairs import block_rows_for, plan_block_pairs
-from ..kernels import resolve_backend
+from ..kernels import SHARE_METHODS, resolve_backend
 from .estimate import estimate_pairs
 from .plan import PAIR_BYTES, Partition, Plan, PlanStep, fmt_bytes, row_bytes
 from .slabs import plan_slabs, slab_rows_for, split_dimension
@@ -122,6 +122,14 @@ def _split_rows(n: int, blocks: int, chunk_rows: int) -> int:
     return aligned if aligned - rows <= rows // 8 and -(-n // aligned) == blocks else rows
 
 
+def _query_shares(n_a: int, n_b: int | None, parts: int, pairs_upper: float, backend: str) -> tuple:
+    """A join one task holds, cut into ``parts`` query shares (:mod:`daskjoin.kernels.shares`): every task
+    reads every row and searches the queries of its share, as ``backend``'s driver cuts them."""
+    b = None if n_b is None else (0, n_b)
+    return tuple(Partition(k, (0, n_a), b, n_b is None, pairs_upper / parts, share=(k, parts, backend))
+                 for k in range(parts))
+
+
 def _data_bytes(source: Source) -> int:
     return int(source.n) * int(source.d) * np.dtype(source.dtype).itemsize
 
@@ -158,31 +166,33 @@ def _inputs_token(fp_a: str | None, fp_b: str | None) -> str:
 
 def make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitioning: str, backend: str,
               memory_budget: int, runner, gpu: bool = False, gpu_options: tuple = (), cluster=None,
-              count_only: bool = False, parallelism: int = 1) -> Plan:
+              count_only: bool = False, parallelism: int = 1, share_backend: str | None = None) -> Plan:
     """Plan a join: one statistics pass per input (cached for Zarr), a sampled estimate, partitions.
 
     ``cluster`` identifies the cluster the plan is for (part of the in-process cache key).
     ``count_only``: a plan for an exact count, whose tasks hold no pairs (partitions sized by rows).
     ``parallelism``: the tasks the cluster runs at once (its GPU workers, for GPU tasks); a large join is cut
     into at least that many blocks (:func:`.cost.parallel_split`) even where one task would hold it.
+    ``share_backend``: the backend ("cpu" or "gpu") every task of the plan will run on, where known: a join one
+    task could hold is then cut into query shares of that backend's driver instead of blocks (grid method).
     """
     if partitioning not in PARTITIONINGS:
         raise InputError(f"partitioning must be one of {PARTITIONINGS}, got {partitioning!r}")
     options = (method, partitioning, backend, int(memory_budget), bool(gpu), tuple(gpu_options), cluster,
-               bool(count_only), int(parallelism))
+               bool(count_only), int(parallelism), share_backend)
     key = _plan_key(a, b, eps, options)
     hit = None if key is None else CACHE.get("plans", key)
     if hit is not None and _still_there(hit):
         return CACHE.put("plans", key, _reused(hit))
     plan = _make_plan(a, b, eps, method=method, partitioning=partitioning, backend=backend,
                       memory_budget=memory_budget, runner=runner, gpu=gpu, gpu_options=gpu_options,
-                      count_only=count_only, parallelism=parallelism)
+                      count_only=count_only, parallelism=parallelism, share_backend=share_backend)
     return plan if key is None else CACHE.put("plans", key, plan)
 
 
 def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitioning: str, backend: str,
                memory_budget: int, runner, gpu: bool, gpu_options: tuple, count_only: bool = False,
-               parallelism: int = 1) -> Plan:
+               parallelism: int = 1, share_backend: str | None = None) -> Plan:
     zarr_inputs = isinstance(a, ZarrSource) and (b is None or isinstance(b, ZarrSource))
     fp_a = cache.fingerprint(a) if zarr_inputs else None
     fp_b = cache.fingerprint(b) if zarr_inputs and b is not None else None
@@ -211,7 +221,11 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         _, kept = plan_block_pairs(stats_a, stats_b, eps, budget_rows, est.upper)
     chosen, reason = cost.choose_partitioning(partitioning, fits_one_task=fits, kept_fraction=kept,
                                               nblocks=-(-max(n_a, 1) // budget_rows))
-    if cut and chosen == "chunk_pairs":
+    if cut and fits and chosen == "chunk_pairs" and chosen_method in SHARE_METHODS and share_backend:
+        parts = _query_shares(n_a, None if b is None else n_b, split, est.upper, share_backend)
+        reason += (f"; its queries cut into {split} shares so that {parallelism} workers share it "
+                   f"(each task indexes every row and searches one share)")
+    elif cut and chosen == "chunk_pairs":
         reason += f"; cut into {nblocks} blocks ({len(parts)} block pairs) so that {parallelism} workers share it"
     reader_a, reader_b, notes = a, b, []
     if chosen == "slabs":

@@ -1,0 +1,118 @@
+"""Query shares (daskjoin.kernels.shares): each backend's grid driver cuts its queries into shares whose
+pairs partition the join exactly, on the adversarial cases and on skewed data."""
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cases import CASES  # noqa: E402
+from oracle import assert_same_pairs, oracle_cross_pairs, oracle_self_pairs  # noqa: E402
+
+from daskjoin.kernels import get_kernel  # noqa: E402
+from daskjoin.kernels.gpu_common import gpu_available  # noqa: E402
+from daskjoin.kernels.shares import cell_range, point_range  # noqa: E402
+
+BACKENDS = ["cpu", pytest.param("gpu", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not gpu_available(), reason="no CUDA device visible to CuPy")])]
+_BY_NAME = {c.name: c for c in CASES}
+_B = {c.name: c.cross_b() for c in CASES}
+
+
+@functools.lru_cache(maxsize=None)
+def _expected(name: str, mode: str):
+    case = _BY_NAME[name]
+    return oracle_self_pairs(case.a, case.eps) if mode == "self" else oracle_cross_pairs(case.a, _B[name], case.eps)
+
+
+def _joined(backend, a, b, eps, parts, *, batches=None):
+    """The shares' pairs concatenated, and their counts summed."""
+    k = get_kernel("grid", backend)
+    got, count = [], 0
+    for s in range(parts):
+        share = (s, parts)
+        if batches:
+            run = k.self_batches(a, eps, batches, share=share) if b is None else \
+                k.cross_batches(a, b, eps, batches, share=share)
+            for batch in run:
+                assert len(batch[0]) <= batches
+                got.append(batch)
+        else:
+            got.append(k.self_join(a, eps, share=share) if b is None else k.cross_join(a, b, eps, share=share))
+        count += k.self_count(a, eps, share=share) if b is None else k.cross_count(a, b, eps, share=share)
+    if not got:
+        return (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)), count
+    return tuple(np.concatenate([g[t] for g in got]) for t in range(3)), count
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("mode", ["self", "cross"])
+def test_shares_partition_the_pairs(backend, case, mode):
+    b = None if mode == "self" else _B[case.name]
+    expected = _expected(case.name, mode)
+    for parts in (2, 3, 7):
+        got, count = _joined(backend, case.a, b, case.eps, parts)
+        assert_same_pairs(got, expected, context=f"{case.name}/{mode}/{parts} shares", a=case.a, b=b, eps=case.eps)
+        assert count == len(expected[0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shares_of_skewed_data_in_bounded_batches(backend):
+    """A dense cluster (one cell far heavier than the rest) and duplicates, in batches of at most 500 pairs."""
+    rng = np.random.default_rng(4)
+    x = np.concatenate([rng.random((2000, 3)), rng.normal(0.3, 0.004, (700, 3)), np.repeat(rng.random((5, 3)), 20, 0)])
+    eps = 0.03
+    expected = oracle_self_pairs(x, eps)
+    for parts in (1, 2, 4):
+        got, count = _joined(backend, x, None, eps, parts, batches=500)
+        assert_same_pairs(got, expected, context=f"skewed/{parts} shares", a=x, eps=eps)
+        assert count == len(expected[0])
+
+
+def test_shares_balance_the_work_of_uniform_data():
+    """Uniform data: each of 4 shares holds about a quarter of the pairs (shares follow the cells' weight)."""
+    x = np.random.default_rng(2).random((40000, 2))
+    k = get_kernel("grid", "cpu")
+    counts = [k.self_count(x, 0.01, share=(s, 4)) for s in range(4)]
+    assert max(counts) < 1.15 * sum(counts) / 4, counts
+
+
+def test_only_grid_cuts_into_shares_and_a_share_runs_on_its_own_backend():
+    from daskjoin.kinds.epsilon import _Sides
+    from daskjoin.planning.plan import Partition
+
+    x = np.random.default_rng(0).random((50, 2))
+    with pytest.raises(ValueError, match="does not cut its queries into shares"):
+        get_kernel("brute", "cpu").self_count(x, 0.1, share=(0, 2))
+    with pytest.raises(ValueError, match="0 <= k < parts"):
+        get_kernel("grid", "cpu").self_count(x, 0.1, share=(2, 2))
+    job = SimpleNamespace(kernel=lambda: get_kernel("grid", "cpu"), reader_a=None)
+    part = Partition(0, (0, 50), None, True, 0.0, share=(0, 2, "gpu"))
+    with pytest.raises(RuntimeError, match="query share 1 of 2 as the gpu driver cuts them"):
+        _Sides(job, part)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(1, 60), max_size=80), parts=st.integers(1, 9))
+def test_share_ranges_are_contiguous_and_cover_everything(sizes, parts):
+    cell_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n, ncell = int(cell_start[-1]), len(sizes)
+    cells = [cell_range(cell_start, (k, parts)) for k in range(parts)]
+    points = [point_range(cell_start, (k, parts)) for k in range(parts)]
+    for ranges, end in ((cells, ncell), (points, n)):
+        assert ranges[0][0] == 0 and ranges[-1][1] == end
+        assert all(lo <= hi for lo, hi in ranges)
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    weights = np.asarray(sizes, np.int64) ** 2
+    total = int(weights.sum())
+    for lo, hi in cells:  # a share's weight is its target's, give or take one cell
+        assert abs(int(weights[lo:hi].sum()) - total / parts) <= max(weights, default=0)
