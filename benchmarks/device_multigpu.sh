@@ -14,7 +14,7 @@ nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
 echo "cores $(nproc); $(free -g | awk '/Mem:/ {print "memory " $2 " GiB total, " $7 " available"}'); disk /tmp: $(df -h /tmp | awk 'NR==2 {print $4 " free"}')"
 mode="${1:-all}"; shift || true
 if [ "$mode" = tests ] || [ "$mode" = all ]; then
-    timeout 400 python3 -m pytest -q -rs -p no:cacheprovider -m gpu --timeout=380 tests/test_gpu_cluster.py \
+    timeout 400 python3 -m pytest -q -rs -p no:cacheprovider -m gpu --timeout=380 tests/test_gpu_cluster.py tests/test_query_shares.py \
         > "$OUT/multigpu-tests.log" 2>&1
     echo "multi-gpu tests: $(tail -1 "$OUT/multigpu-tests.log")"
     grep -E "^FAILED|^ERROR|^E |SKIPPED" "$OUT/multigpu-tests.log" | head -12
