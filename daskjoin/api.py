@@ -18,7 +18,7 @@ from .planning.plan import Plan
 from .planning.planner import make_plan
 from .planning.cache import cache_locations
 from .run_record import join_record
-from .validation import check_output_apart, check_output_path, check_same_dims
+from .validation import InputError, check_output_apart, check_output_path, check_same_dims
 
 #: GPU tuning options each method's driver accepts (the table: :data:`daskjoin.options.GPU_OPTIONS`)
 GPU_OPTIONS = {method: tuple(keys) for method, keys in _GPU_OPTIONS["epsilon"].items()}
@@ -133,10 +133,23 @@ def _one_backend(backend: str, on_gpu: bool, client, workers) -> str | None:
     return None
 
 
+def _share_backend(recorded, backend: str, on_gpu: bool, client, workers, parallelism: int) -> str | None:
+    """The backend whose driver may cut the plan into query shares: this cluster's one backend ("auto"), or
+    the one a resumed run recorded, which this cluster's tasks must run on."""
+    if recorded == "auto":
+        return _one_backend(backend, on_gpu, client, workers) if parallelism > 1 else None
+    if recorded is not None and _one_backend(backend, on_gpu, client, workers) != recorded:
+        raise InputError(f"this output's run was cut into query shares of the {recorded} driver, and not every "
+                         f"task of this cluster would run on {recorded}: resume it where every worker does "
+                         f"(backend={recorded!r}), or write it again with overwrite=True")
+    return recorded
+
+
 def _plan(checked, *, method, partitioning, backend, client, gpu_options=None, count_only=False,
-          parallelism=None) -> Plan:
+          parallelism=None, share_backend="auto") -> Plan:
     """The plan of checked inputs on ``client``'s cluster; ``parallelism`` (default: the cluster's task slots)
-    is given where a resumed run must get the partitions it recorded."""
+    and ``share_backend`` (default: the backend every task of this cluster runs on, where one does) are given
+    where a resumed run must get the partitions it recorded."""
     eps, src_a, src_b, budget = checked
     workers = worker_info(client) if budget == "auto" or backend != "cpu" else None
     if budget == "auto":
@@ -151,7 +164,7 @@ def _plan(checked, *, method, partitioning, backend, client, gpu_options=None, c
     plan = make_plan(src_a, src_b, eps, method=method, partitioning=partitioning, backend=resolved_backend,
                      memory_budget=budget, runner=ClusterRunner(client), gpu=on_gpu, cluster=cluster_id(client),
                      count_only=count_only, parallelism=parallelism,
-                     share_backend=_one_backend(resolved_backend, on_gpu, client, workers) if parallelism > 1 else None)
+                     share_backend=_share_backend(share_backend, resolved_backend, on_gpu, client, workers, parallelism))
     if options:
         key = (id(plan), options)
         hit = CACHE.get("plan-options", key)
@@ -301,11 +314,15 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
         return join_record("epsilon", (plan.a, plan.b), partitioning=plan.partitioning, parts=plan.partitions,
                            fields=("index", "a", "b", "self_part") + shared, eps=float(plan.eps), selfjoin=plan.selfjoin,
                            with_distance=bool(with_distance), memory_budget=int(plan.memory_budget),
-                           **({"parallelism": int(plan.parallelism)} if plan.parallelism > 1 else {}))
+                           **({"parallelism": int(plan.parallelism)} if plan.parallelism > 1 else {}),
+                           **({"shares": plan.partitions[0].share[2]} if shared else {}))
 
-    def plan_for(budget, recorded):  # a resumed run is cut for the workers it was first planned for (no key: 1)
-        return _plan((*checked[:-1], budget), **plan_options,
-                     parallelism=recorded.get("parallelism", 1) if recorded else None)
+    def plan_for(budget, recorded):  # a resumed run is cut for the workers it was first planned for (no key: 1),
+        # into the query shares of the backend it recorded (no key: blocks, as before shares existed)
+        if not recorded:
+            return _plan((*checked[:-1], budget), **plan_options)
+        return _plan((*checked[:-1], budget), **plan_options, parallelism=recorded.get("parallelism", 1),
+                     share_backend=recorded.get("shares"))
 
     return write_join(out, overwrite, opts["resume"], checked[-1], plan_for, record,
                       lambda plan, limit: JoinJob.from_plan(plan, with_distance, limit), extra, client, progress)

@@ -145,6 +145,25 @@ def test_finished_run_is_recognised_on_another_cluster_size(client, big_store, t
     assert os.path.exists(os.path.join(out, "_SUCCESS"))
 
 
+def test_a_share_run_resumes_into_its_shares_and_older_records_into_blocks(client, big_store, tmp_path, monkeypatch):
+    """The record names the backend whose shares the run was cut into: a resume gets those shares; a record
+    without the key (runs before shares existed) gets blocks again; a cluster whose tasks would run on
+    another backend is refused before anything runs."""
+    import daskjoin.api
+
+    path, x, eps, expected = big_store
+    out = str(tmp_path / "pairs.parquet")
+    with dask.config.set({"daskjoin.parallel-tasks": 2}):
+        first = dj.similarity_join(path, eps=eps, client=client, out=out, memory_budget="8GB")
+    assert first.plan.ntasks == 2 and [p.share for p in first.plan.partitions] == [(0, 2, "cpu"), (1, 2, "cpu")]
+    again = dj.similarity_join(path, eps=eps, client=client, out=out, memory_budget="8GB", resume=True)
+    assert again.status == "finished" and again.plan.ntasks == 2 and again.pairs == expected
+    monkeypatch.setattr(daskjoin.api, "_one_backend", lambda *a: "gpu")
+    with pytest.raises(InputError, match="query shares of the cpu driver"):
+        dj.similarity_join(path, eps=eps, client=client, out=out, memory_budget="8GB", resume=True)
+    assert daskjoin.api._share_backend(None, "auto", False, client, None, 2) is None  # no key: blocks
+
+
 def _slow_square(x):
     import time
 

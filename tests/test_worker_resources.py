@@ -38,7 +38,7 @@ def _threads(tasks=None):
 
 def _threads_beside_another(deadline_s: float = 30.0):
     """Wait until two tasks execute on this worker (and the other saw it too), then take the Numba share
-    of a task that does not say how many tasks its join has."""
+    of a task whose join has one task: the tasks executing count too."""
     import numba
     from distributed import get_worker
 
@@ -46,7 +46,7 @@ def _threads_beside_another(deadline_s: float = 30.0):
     stop = time.monotonic() + deadline_s
     while state.executing_count < 2 and time.monotonic() < stop:
         time.sleep(0.01)
-    task._set_threads(None)
+    task._set_threads(1)  # told it is its join's only task, but another task executes beside it
     seen = state.executing_count
     time.sleep(0.3)
     return numba.get_num_threads(), task._cores(), seen
@@ -107,6 +107,18 @@ def test_a_frame_on_a_local_cluster_is_gathered_from_the_workers(two_thread_clie
     np.testing.assert_array_equal(got.j.to_numpy(), oj)
 
 
+def test_a_client_by_address_is_left_alone(two_thread_client):
+    """A client that connected by address may reach a remote scheduler through a tunnel, where the workers'
+    loopback addresses are not its own: only a LocalCluster object of this process counts as local."""
+    from distributed import Client
+
+    with Client(two_thread_client.scheduler.address) as by_address:
+        assert by_address.cluster is None
+        assert resources.gather_directly(by_address) is False
+        assert by_address.direct_to_workers is None
+    assert resources._local_cluster(two_thread_client)
+
+
 def test_the_clients_own_choice_is_kept(two_thread_client):
     two_thread_client.direct_to_workers = False
     try:
@@ -129,7 +141,8 @@ def _fake_client(hosts):
     (["10.0.0.7"], False),
     ([], False),
 ])
-def test_direct_gather_only_where_every_worker_is_on_loopback(hosts, expected):
+def test_direct_gather_only_where_every_worker_is_on_loopback(hosts, expected, monkeypatch):
+    monkeypatch.setattr(resources, "_local_cluster", lambda client: True)
     client = _fake_client(hosts)
     assert resources.gather_directly(client) is expected
     assert client.direct_to_workers is (True if expected else None)
@@ -138,6 +151,7 @@ def test_direct_gather_only_where_every_worker_is_on_loopback(hosts, expected):
 def test_direct_gather_setting(monkeypatch):
     import dask
 
+    monkeypatch.setattr(resources, "_local_cluster", lambda client: True)
     with dask.config.set({"daskjoin.direct-gather": False}):
         client = _fake_client(["127.0.0.1"])
         assert resources.gather_directly(client) is False and client.direct_to_workers is None

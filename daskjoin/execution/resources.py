@@ -26,22 +26,36 @@ def worker_info(client) -> dict:
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 
+def _local_cluster(client) -> bool:
+    """Whether ``client`` belongs to a ``LocalCluster`` (or ``LocalCUDACluster``) object of this process."""
+    cluster = getattr(client, "cluster", None)
+    if cluster is None:
+        return False
+    try:
+        from distributed import LocalCluster
+    except ImportError:
+        return False
+    return isinstance(cluster, LocalCluster)
+
+
 def gather_directly(client) -> bool:
     """Have ``client`` fetch results from the workers themselves where they are on this host; True if so.
 
     Through the scheduler (distributed's default) a frame of 16M pairs (320 MB) came from a
     ``LocalCluster`` worker in 1.3-2.3 s on the 2-core VM, directly in 0.17 s.  Only where the
-    user's client left the choice open (``direct_to_workers=None``) and every worker listens on
-    loopback, so that nothing can stand between client and workers; ``daskjoin.direct-gather``
-    True or False decides instead.
+    user's client left the choice open (``direct_to_workers=None``) and belongs to a ``LocalCluster``
+    object of this process whose workers listen on loopback (a client that connected by address may
+    reach a remote scheduler through a tunnel, where workers' loopback addresses are not its own);
+    ``daskjoin.direct-gather`` True or False decides instead.  The client keeps the setting (its own
+    later gathers and scatters go to the workers directly too).
     """
     from .. import config
 
     if getattr(client, "scheduler", None) is None or getattr(client, "direct_to_workers", False) is not None:
         return bool(getattr(client, "direct_to_workers", False))
     wanted = config.get("direct-gather")
-    if wanted in (None, "auto"):
-        workers = worker_info(client)
+    if wanted in (None, "auto"):  # a cluster object of this process (a client by address may be tunnelled)
+        workers = worker_info(client) if _local_cluster(client) else {}
         wanted = bool(workers) and all(w.get("host") in LOOPBACK_HOSTS for w in workers.values())
     elif not isinstance(wanted, bool):
         raise InputError(f"daskjoin.direct-gather must be 'auto', True or False, got {wanted!r}")
