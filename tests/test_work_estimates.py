@@ -97,11 +97,19 @@ def test_work_sized_partitions_give_the_oracle_pairs(skewed, client, tmp_path):
 
 
 def test_a_block_pair_over_a_workers_share_is_halved_for_several_workers(skewed, client, monkeypatch):
+    """Blocks (where a task's worker picks the backend, so query shares are not used): the heavy ones halved."""
+    import daskjoin.api
     from daskjoin.planning import cost
 
     x, path, eps, want = skewed
     monkeypatch.setattr(cost, "SPLIT_MIN_ROWS", 100_000)  # this small join counts as large (planning runs here)
     with dask.config.set({"daskjoin.parallel-tasks": 4}):
+        shares = dj.plan_join(path, eps=eps, memory_budget="8GB", partitioning="chunk_pairs", client=client,
+                              output="count")
+        assert [p.share for p in shares.partitions] == [(k, 4, "cpu") for k in range(4)]
+        assert dj.similarity_join(path, eps=eps, memory_budget="8GB", partitioning="chunk_pairs", client=client,
+                                  output="count") == len(want)
+        monkeypatch.setattr(daskjoin.api, "_one_backend", lambda *a: None)
         plan = dj.plan_join(path, eps=eps, memory_budget="8GB", partitioning="chunk_pairs", client=client,
                             output="count")
         # 4 blocks of 30k rows: the first holds the cluster (nearly every pair), halved down to blocks of
