@@ -108,7 +108,8 @@ def test_share_ranges_are_contiguous_and_cover_everything(sizes, parts):
     n, ncell = int(cell_start[-1]), len(sizes)
     cells = [cell_range(cell_start, (k, parts)) for k in range(parts)]
     points = [point_range(cell_start, (k, parts)) for k in range(parts)]
-    for ranges, end in ((cells, ncell), (points, n)):
+    self_points = [point_range(cell_start, (k, parts), selfjoin=True) for k in range(parts)]
+    for ranges, end in ((cells, ncell), (points, n), (self_points, n)):
         assert ranges[0][0] == 0 and ranges[-1][1] == end
         assert all(lo <= hi for lo, hi in ranges)
         assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
@@ -116,3 +117,26 @@ def test_share_ranges_are_contiguous_and_cover_everything(sizes, parts):
     total = int(weights.sum())
     for lo, hi in cells:  # a share's weight is its target's, give or take one cell
         assert abs(int(weights[lo:hi].sum()) - total / parts) <= max(weights, default=0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(m=st.integers(1, 500), data=st.data())
+def test_a_self_joins_first_points_weigh_more(m, data):
+    """In a self-join the p-th point of a cell of m weighs 2(m - p) - 1 (the cell still m^2): the fewest
+    points reaching a weight t are found exactly."""
+    from daskjoin.kernels.shares import _points_reaching
+
+    t = data.draw(st.integers(1, m * m))
+    weights = np.cumsum([2 * (m - p) - 1 for p in range(m)])
+    assert weights[-1] == m * m
+    assert _points_reaching(t, m, True) == int(np.searchsorted(weights, t, side="left")) + 1
+    assert _points_reaching(t, m, False) == -(-t // m)
+
+
+def test_a_self_join_share_inside_one_heavy_cell_balances_its_scans():
+    """One cell of 1,000 points cut in two for a self-join: the first share takes fewer points (~293), since
+    each scans the points after it."""
+    cell_start = np.array([0, 1000], np.int64)
+    lo, hi = point_range(cell_start, (0, 2), selfjoin=True)
+    assert (lo, hi) == (0, 293)
+    assert point_range(cell_start, (0, 2)) == (0, 500)

@@ -144,7 +144,8 @@ class GpuGridJoin:
         self.work_queue = bool(work_queue)
         self.data = _DeviceIndex(b if b is not None else a, self.spec)
         self.query = self.data if b is None else _DeviceIndex(a, self.spec)
-        first, last = point_range(self.query.cell_start, share, cp) if share is not None else (0, self.query.n)
+        first, last = point_range(self.query.cell_start, share, cp, self.selfjoin) if share is not None \
+            else (0, self.query.n)
         self.nitems = (last - first) * self.tpp
         self.order = cp.arange(first, last, dtype=cp.int64)  # the query points, by sorted position
         self._geometry = (

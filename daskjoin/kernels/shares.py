@@ -14,6 +14,8 @@ them (``Partition.share``).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -50,9 +52,25 @@ def cell_range(cell_start, share, xp=np) -> tuple[int, int]:
     return min(lo, ncell), min(hi, ncell) if k + 1 < parts else ncell
 
 
-def point_range(cell_start, share, xp=np) -> tuple[int, int]:
-    """The sorted query points ``[lo, hi)`` of ``share``: the point where the cumulative weight (each point
-    weighing its cell's size) first reaches each target."""
+def _points_reaching(t: int, m: int, selfjoin: bool) -> int:
+    """The fewest first points of a cell of ``m`` points whose weight reaches ``t`` (0 < t <= m^2).
+
+    Across a join's cell each point weighs m; in a self-join the p-th point weighs 2(m - p) - 1 instead
+    (it scans the m - p - 1 points after it in its own cell, so earlier points do more), which keeps
+    the cell's m^2: q points weigh 2mq - q^2."""
+    if not selfjoin:
+        return -(-t // m)
+    q = max(0, m - math.isqrt(m * m - t))
+    while 2 * m * q - q * q < t:
+        q += 1
+    while q > 0 and 2 * m * (q - 1) - (q - 1) * (q - 1) >= t:
+        q -= 1
+    return q
+
+
+def point_range(cell_start, share, xp=np, selfjoin: bool = False) -> tuple[int, int]:
+    """The sorted query points ``[lo, hi)`` of ``share``: the point where the cumulative weight first reaches
+    each target (cells weigh m^2 as in :func:`cell_range`; within a cell see :func:`_points_reaching`)."""
     k, parts = check_share(share)
     sizes, prefix = _prefix(cell_start, xp)
     ncell = int(sizes.shape[0])
@@ -69,6 +87,6 @@ def point_range(cell_start, share, xp=np) -> tuple[int, int]:
             out.append(n)
             continue
         size, before, first = int(sizes[c]), int(prefix[c]), int(cell_start[c])
-        out.append(min(first + -(-(target - before) // size), int(cell_start[c + 1])))
+        out.append(first + (_points_reaching(target - before, size, selfjoin) if target > before else 0))
     lo, hi = out
     return lo, (hi if k + 1 < parts else n)
