@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from .caches import CACHE
 from .execution import graph
 from .execution.cluster import ClusterRunner
-from .execution.resources import auto_budget, choose_backend, cluster_id, gpu_seen, task_slots, worker_info
+from .execution.resources import (auto_budget, choose_backend, cluster_id, gpu_seen, gpu_signature, task_slots,
+                                  worker_info)
 from .io.parquet_out import OutputRun, check_replaceable
 from .io.zarr_in import ZarrSource, open_points
 from .kinds.epsilon import JoinJob
@@ -124,10 +125,11 @@ def check_output(out, overwrite: bool, protected: dict, resume: bool = False) ->
 
 def _one_backend(backend: str, on_gpu: bool, client, workers) -> str | None:
     """The backend every task will run on ("gpu": every worker sees a GPU, or GPU tasks are placed on GPU
-    workers; "cpu": asked for, or no worker sees one), or None where a task's worker decides (a mixed
-    cluster under 'auto')."""
+    workers, with ":" and the devices' one signature where they agree; "cpu": asked for, or no worker sees
+    one), or None where a task's worker decides (a mixed cluster under 'auto')."""
     if backend == "gpu" or on_gpu:
-        return "gpu"
+        signature = gpu_signature(client, workers)  # brute force's shares need devices that agree bit for bit
+        return f"gpu:{signature}" if signature else "gpu"
     if backend == "cpu" or not any(gpu_seen(client, workers).values()):
         return "cpu"
     return None
@@ -138,7 +140,9 @@ def _share_backend(recorded, backend: str, on_gpu: bool, client, workers, parall
     the one a resumed run recorded, which this cluster's tasks must run on."""
     if recorded == "auto":
         return _one_backend(backend, on_gpu, client, workers) if parallelism > 1 else None
-    if recorded is not None and _one_backend(backend, on_gpu, client, workers) != recorded:
+    here = _one_backend(backend, on_gpu, client, workers) or ""
+    # a grid share names its backend, a brute-force share the GPU's signature too (its bits must match)
+    if recorded is not None and (here if ":" in recorded else here.split(":")[0]) != recorded:
         raise InputError(f"this output's run was cut into query shares of the {recorded} driver, and not every "
                          f"task of this cluster would run on {recorded}: resume it where every worker does "
                          f"(backend={recorded!r}), or write it again with overwrite=True")

@@ -155,6 +155,34 @@ def test_a_large_join_is_cut_for_two_gpu_workers_of_one_device(big_store, tmp_pa
         _cut_join(client, big_store, tmp_path / "pairs.parquet", 2)
 
 
+def test_a_large_brute_join_is_cut_into_shares_of_one_device_signature(tmp_path):
+    """Brute force (128-d) past SPLIT_MIN_PRODUCTS on two GPU workers of one device: cut into two shares of
+    its tile pairs, tagged with the device's signature; the count and the pairs are the uncut join's."""
+    from distributed import Client
+
+    from daskjoin.kernels.gpu_common import device_signature
+    from daskjoin.planning import cost
+
+    n = int((cost.SPLIT_MIN_PRODUCTS / 128) ** 0.5) + 2000
+    x = np.random.default_rng(9).random((n, 128)).astype(np.float32)
+    eps = 3.56  # about one pair a point among uniform 128-d points
+    path = write_zarr(tmp_path / "hd.zarr", x, 1 << 14)
+    frame = dj.similarity_join(path, eps=eps, backend="gpu", client=in_process()).compute()
+    want = np.stack([frame["i"].to_numpy(), frame["j"].to_numpy()], axis=1)
+    with _spec_cluster({"g0": {"resources": {"GPU": 1}}, "g1": {"resources": {"GPU": 1}}}) as cluster, \
+            Client(cluster) as client:
+        client.wait_for_workers(2, timeout=120)
+        plan = dj.plan_join(path, eps=eps, backend="gpu", client=client, memory_budget="16GB")
+        assert plan.method == "brute" and plan.ntasks == 2, plan.explain()
+        assert [p.share for p in plan.partitions] == [(k, 2, f"gpu:{device_signature()}") for k in range(2)]
+        assert dj.similarity_join(path, eps=eps, backend="gpu", client=client, output="count",
+                                  memory_budget="16GB") == len(want)
+        got = dj.similarity_join(path, eps=eps, backend="gpu", client=client, memory_budget="16GB").compute()
+    pairs = np.stack([got["i"].to_numpy(), got["j"].to_numpy()], axis=1)
+    assert len(want) > 100 and np.array_equal(pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))],
+                                              want[np.lexsort((want[:, 1], want[:, 0]))])
+
+
 def test_a_large_join_spreads_over_every_gpu(big_store, tmp_path):
     """One dask-cuda worker per GPU of the machine (needs two or more GPUs): each on its own device."""
     pytest.importorskip("dask_cuda")

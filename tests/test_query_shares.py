@@ -21,8 +21,11 @@ from daskjoin.kernels import get_kernel  # noqa: E402
 from daskjoin.kernels.gpu_common import gpu_available  # noqa: E402
 from daskjoin.kernels.shares import cell_range, point_range  # noqa: E402
 
-BACKENDS = ["cpu", pytest.param("gpu", marks=[pytest.mark.gpu, pytest.mark.skipif(
-    not gpu_available(), reason="no CUDA device visible to CuPy")])]
+_ON_GPU = [pytest.mark.gpu, pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")]
+BACKENDS = ["cpu", pytest.param("gpu", marks=_ON_GPU)]
+#: (method, backend) of every driver that takes shares
+SHARING = [pytest.param("grid", "cpu", id="grid-cpu"), pytest.param("grid", "gpu", id="grid-gpu", marks=_ON_GPU),
+           pytest.param("brute", "gpu", id="brute-gpu", marks=_ON_GPU)]
 _BY_NAME = {c.name: c for c in CASES}
 _B = {c.name: c.cross_b() for c in CASES}
 
@@ -33,9 +36,9 @@ def _expected(name: str, mode: str):
     return oracle_self_pairs(case.a, case.eps) if mode == "self" else oracle_cross_pairs(case.a, _B[name], case.eps)
 
 
-def _joined(backend, a, b, eps, parts, *, batches=None):
+def _joined(backend, a, b, eps, parts, *, batches=None, method="grid"):
     """The shares' pairs concatenated, and their counts summed."""
-    k = get_kernel("grid", backend)
+    k = get_kernel(method, backend)
     got, count = [], 0
     for s in range(parts):
         share = (s, parts)
@@ -53,14 +56,14 @@ def _joined(backend, a, b, eps, parts, *, batches=None):
     return tuple(np.concatenate([g[t] for g in got]) for t in range(3)), count
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("method, backend", SHARING)
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 @pytest.mark.parametrize("mode", ["self", "cross"])
-def test_shares_partition_the_pairs(backend, case, mode):
+def test_shares_partition_the_pairs(method, backend, case, mode):
     b = None if mode == "self" else _B[case.name]
     expected = _expected(case.name, mode)
     for parts in (2, 3, 7):
-        got, count = _joined(backend, case.a, b, case.eps, parts)
+        got, count = _joined(backend, case.a, b, case.eps, parts, method=method)
         assert_same_pairs(got, expected, context=f"{case.name}/{mode}/{parts} shares", a=case.a, b=b, eps=case.eps)
         assert count == len(expected[0])
 
@@ -78,6 +81,30 @@ def test_shares_of_skewed_data_in_bounded_batches(backend):
         assert count == len(expected[0])
 
 
+def test_share_tags_say_what_cut_the_shares():
+    """The grid's shares name the backend; brute force's the GPU's signature too, or none are cut."""
+    from daskjoin.planning.planner import _share_tag
+
+    assert _share_tag("grid", "cpu") == "cpu" and _share_tag("grid", "gpu:H200/132sm") == "gpu"
+    assert _share_tag("brute", "gpu:H200/132sm") == "gpu:H200/132sm"
+    assert _share_tag("brute", "gpu") is None and _share_tag("brute", "cpu") is None
+    assert _share_tag("grid", None) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")
+def test_a_brute_share_runs_only_on_the_device_that_cut_it():
+    from daskjoin.kernels.gpu_common import device_signature
+    from daskjoin.kinds.epsilon import _Sides
+    from daskjoin.planning.plan import Partition
+
+    job = SimpleNamespace(kernel=lambda: get_kernel("brute", "gpu"), reader_a=None)
+    with pytest.raises(RuntimeError, match="this worker's GPU is"):
+        _Sides(job, Partition(0, (0, 5), None, True, 0.0, share=(0, 2, "gpu:another/1sm/cuda1/cupy1")))
+    name, sms, cuda, cupy_version = device_signature().split("/")  # what decides cuBLAS's bits
+    assert name and sms.endswith("sm") and cuda.startswith("cuda") and cupy_version.startswith("cupy")
+
+
 def test_shares_balance_the_work_of_uniform_data():
     """Uniform data: each of 4 shares holds about a quarter of the pairs (shares follow the cells' weight)."""
     x = np.random.default_rng(2).random((40000, 2))
@@ -91,7 +118,7 @@ def test_only_grid_cuts_into_shares_and_a_share_runs_on_its_own_backend():
     from daskjoin.planning.plan import Partition
 
     x = np.random.default_rng(0).random((50, 2))
-    with pytest.raises(ValueError, match="does not cut its queries into shares"):
+    with pytest.raises(ValueError, match="does not cut its queries into shares on cpu"):
         get_kernel("brute", "cpu").self_count(x, 0.1, share=(0, 2))
     with pytest.raises(ValueError, match="0 <= k < parts"):
         get_kernel("grid", "cpu").self_count(x, 0.1, share=(2, 2))

@@ -133,6 +133,31 @@ def gpu_seen(client, workers: dict | None = None) -> dict:
     return seen
 
 
+def gpu_signature(client, workers: dict | None = None) -> str | None:
+    """The one ``gpu_common.device_signature`` of every GPU worker (the bits of their cuBLAS products agree),
+    or None where they differ or none sees a GPU."""
+    seen = gpu_seen(client, workers)
+    if not any(seen.values()):
+        return None
+    from ..kernels.gpu_common import device_signature
+
+    workers = worker_info(client) if workers is None and client is not None else workers
+    key = (getattr(client, "id", None), frozenset(seen))
+    signatures = CACHE.get("gpu-signatures", key)
+    if signatures is None:
+        answers = {"local": device_signature()} if client is None else client.run(
+            _signature_or_none)
+        signatures = CACHE.put("gpu-signatures", key, {a: s for a, s in answers.items() if s})
+    distinct = set(signatures.values())
+    return distinct.pop() if len(distinct) == 1 else None
+
+
+def _signature_or_none():
+    from ..kernels.gpu_common import device_signature, gpu_available
+
+    return device_signature() if gpu_available() else None
+
+
 def choose_backend(backend: str, client, workers: dict | None = None) -> tuple[str, bool]:
     """The backend and whether tasks will run on GPUs ('auto' picks per task; 'gpu' needs a GPU worker)."""
     if backend == "cpu":

@@ -54,8 +54,8 @@ class Kernel:
             b = None if b is None else _prepare(b)
         options = dict(self.options)
         if share is not None:
-            if self.method not in SHARE_METHODS:
-                raise ValueError(f"method {self.method!r} does not cut its queries into shares")
+            if self.backend not in SHARE_METHODS.get(self.method, ()):
+                raise ValueError(f"method {self.method!r} does not cut its queries into shares on {self.backend}")
             options["share"] = tuple(share)
         return registry.make("epsilon", self.method, self.backend, a, b, eps, **options)
 
@@ -78,8 +78,9 @@ class Kernel:
         return self._join(a, b, eps, share).batches(max_pairs, with_distance)
 
 
-#: methods whose drivers (CPU and GPU) take ``share=(k, parts)``: the k-th of ``parts`` query shares
-SHARE_METHODS = ("grid",)
+#: method -> backends whose drivers take ``share=(k, parts)``: the k-th of ``parts`` query shares (the grid's
+#: queries; GPU brute force's tile pairs)
+SHARE_METHODS = {"grid": ("cpu", "gpu"), "brute": ("gpu",)}
 
 
 def resolve_backend(backend: str) -> str:

@@ -36,6 +36,7 @@ from .exact import NORM_FLOOR, eps_squared, error_constants
 from .gpu_common import cupy, device_budget_bytes, kernel, sorted_to_host, to_host
 from .grid_gpu import device_bounds, to_device64
 from .registry import bounded_ranges, split_batch, transfer_pairs
+from .shares import check_share
 
 BLOCK = 256
 #: the filters: "fp32" (SGEMM on the CUDA cores) or the tensor cores on rows quantised to integers
@@ -187,7 +188,10 @@ class GpuBruteJoin:
     # tile=256 from benchmarks/bench_gpu.py on an H200 (200k x 64-d clusters): small tiles rarely
     # straddle two clusters, so their boxes stay tight and most tile pairs are pruned.
     def __init__(self, a, b, eps: float, *, tile: int | None = None, batch_bytes: int | None = None,
-                 filter: str = "auto"):
+                 filter: str = "auto", share=None):
+        """``share``: ``(k, parts)``, only the k-th of ``parts`` equal runs of the kept tile pairs (tile pairs
+        cost alike). Each share computes the rows' locality order itself, with cuBLAS products: the shares
+        partition the pairs only among devices that give the same bits (``gpu_common.device_signature``)."""
         if os.environ.get("CUPY_TF32", "0") not in ("", "0"):
             raise RuntimeError("CUPY_TF32 is set: TF32 products break the brute kernel's error bound; unset it")
         if filter not in FILTERS:
@@ -238,6 +242,11 @@ class GpuBruteJoin:
             budget = batch_bytes if batch_bytes is not None else min(4 << 30, device_budget_bytes(0.25))
             self.batch = max(1, min(65535, budget // (4 * self.tile * self.tile)))
         self.pairs_p, self.pairs_q = self._tile_pairs()
+        if share is not None:
+            k, parts = check_share(share)
+            total = int(self.pairs_p.shape[0])
+            lo, hi = total * k // parts, total * (k + 1) // parts
+            self.pairs_p, self.pairs_q = self.pairs_p[lo:hi], self.pairs_q[lo:hi]
         self._capacity = 1 << 16
 
     def _tile_pairs(self):

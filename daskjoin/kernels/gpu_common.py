@@ -30,6 +30,15 @@ def gpu_available() -> bool:
         return False
 
 
+def device_signature() -> str:
+    """What decides the bits of this device's floating-point products (cuBLAS gives the same bits run to run on
+    one architecture with one SM count and one library version): device name, SMs, CUDA runtime, CuPy."""
+    cp = cupy()
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return f"{name}/{props['multiProcessorCount']}sm/cuda{cp.cuda.runtime.runtimeGetVersion()}/cupy{cp.__version__}"
+
+
 def cuda_source(name: str) -> str:
     """The source of ``cuda/<name>``, with its ``#include "X"`` lines of files in ``cuda/`` spliced in
     (NVRTC gets one string and no include path; nvcc reads the same includes itself)."""

@@ -97,10 +97,17 @@ class _Sides:
         self.kernel = job.kernel()
         self.share = None
         if part.share is not None:
-            k, parts, backend = part.share
+            k, parts, tag = part.share
+            backend, _, signature = tag.partition(":")
             if self.kernel.backend != backend:  # shares are the driver's own: another backend's differ
                 raise RuntimeError(f"partition {part.index} is query share {k + 1} of {parts} as the {backend} "
                                    f"driver cuts them, but this worker runs the {self.kernel.backend} driver")
+            if signature:  # brute force's tile order comes from cuBLAS products: the same device's bits only
+                from ..kernels.gpu_common import device_signature
+
+                if device_signature() != signature:
+                    raise RuntimeError(f"partition {part.index} is query share {k + 1} of {parts} as {signature} "
+                                       f"cuts them, but this worker's GPU is {device_signature()}")
             self.share = (k, parts)
         empty = host_allocator(self.kernel.backend)
         self.pa, self.ia = _read(job.reader_a, part.a, empty)

@@ -122,6 +122,19 @@ def _split_rows(n: int, blocks: int, chunk_rows: int) -> int:
     return aligned if aligned - rows <= rows // 8 and -(-n // aligned) == blocks else rows
 
 
+def _share_tag(method: str, share_backend: str | None) -> str | None:
+    """How a share of ``method`` names what cut it: "cpu" or "gpu" for the grid (its index is exact), the
+    GPU's signature too for brute force (its locality order comes from cuBLAS products); None: no shares."""
+    if not share_backend:
+        return None
+    kind = share_backend.split(":")[0]
+    if kind not in SHARE_METHODS.get(method, ()):
+        return None
+    if method == "grid":
+        return kind
+    return share_backend if ":" in share_backend else None
+
+
 def _query_shares(n_a: int, n_b: int | None, parts: int, pairs_upper: float, backend: str) -> tuple:
     """A join one task holds, cut into ``parts`` query shares (:mod:`daskjoin.kernels.shares`): every task
     reads every row and searches the queries of its share, as ``backend``'s driver cuts them."""
@@ -221,8 +234,9 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         _, kept = plan_block_pairs(stats_a, stats_b, eps, budget_rows, est.upper)
     chosen, reason = cost.choose_partitioning(partitioning, fits_one_task=fits, kept_fraction=kept,
                                               nblocks=-(-max(n_a, 1) // budget_rows))
-    if cut and fits and chosen == "chunk_pairs" and chosen_method in SHARE_METHODS and share_backend:
-        parts = _query_shares(n_a, None if b is None else n_b, split, est.upper, share_backend)
+    tag = _share_tag(chosen_method, share_backend)
+    if cut and fits and chosen == "chunk_pairs" and tag:
+        parts = _query_shares(n_a, None if b is None else n_b, split, est.upper, tag)
         reason += (f"; its queries cut into {split} shares so that {parallelism} workers share it "
                    f"(each task indexes every row and searches one share)")
     elif cut and chosen == "chunk_pairs":
