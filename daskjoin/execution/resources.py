@@ -139,14 +139,10 @@ def gpu_signature(client, workers: dict | None = None) -> str | None:
     seen = gpu_seen(client, workers)
     if not any(seen.values()):
         return None
-    from ..kernels.gpu_common import device_signature
-
-    workers = worker_info(client) if workers is None and client is not None else workers
-    key = (getattr(client, "id", None), frozenset(seen))
+    key = (getattr(client, "id", None), frozenset(seen))  # asked once per set of live workers, as gpu_seen
     signatures = CACHE.get("gpu-signatures", key)
     if signatures is None:
-        answers = {"local": device_signature()} if client is None else client.run(
-            _signature_or_none)
+        answers = {"local": _signature_or_none()} if client is None else client.run(_signature_or_none)
         signatures = CACHE.put("gpu-signatures", key, {a: s for a, s in answers.items() if s})
     distinct = set(signatures.values())
     return distinct.pop() if len(distinct) == 1 else None
