@@ -140,9 +140,11 @@ def _share_backend(recorded, backend: str, on_gpu: bool, client, workers, parall
     the one a resumed run recorded, which this cluster's tasks must run on."""
     if recorded == "auto":
         return _one_backend(backend, on_gpu, client, workers) if parallelism > 1 else None
+    if recorded is None:  # a run cut into blocks, or not cut
+        return None
     here = _one_backend(backend, on_gpu, client, workers) or ""
     # a grid share names its backend, a brute-force share the GPU's signature too (its bits must match)
-    if recorded is not None and (here if ":" in recorded else here.split(":")[0]) != recorded:
+    if (here if ":" in recorded else here.split(":")[0]) != recorded:
         raise InputError(f"this output's run was cut into query shares of the {recorded} driver, and not every "
                          f"task of this cluster would run on {recorded}: resume it where every worker does "
                          f"(backend={recorded!r}), or write it again with overwrite=True")

@@ -186,8 +186,9 @@ def make_plan(a: Source, b: Source | None, eps: float, *, method: str, partition
     ``count_only``: a plan for an exact count, whose tasks hold no pairs (partitions sized by rows).
     ``parallelism``: the tasks the cluster runs at once (its GPU workers, for GPU tasks); a large join is cut
     into at least that many blocks (:func:`.cost.parallel_split`) even where one task would hold it.
-    ``share_backend``: the backend ("cpu" or "gpu") every task of the plan will run on, where known: a join one
-    task could hold is then cut into query shares of that backend's driver instead of blocks (grid method).
+    ``share_backend``: the backend every task of the plan will run on, where known ("cpu", "gpu", or
+    "gpu:<device signature>" where every GPU agrees): a join one task could hold is then cut into query shares
+    of that backend's driver instead of blocks (:func:`_share_tag`: the grid; GPU brute force given a signature).
     """
     if partitioning not in PARTITIONINGS:
         raise InputError(f"partitioning must be one of {PARTITIONINGS}, got {partitioning!r}")
