@@ -75,18 +75,37 @@ def argsort_keys(keys: np.ndarray) -> np.ndarray:
     n = keys.shape[0]
     if n < 2:
         return np.arange(n, dtype=np.int64)
-    key, idx = np.empty(n, np.uint64), np.arange(n, dtype=np.int64)
+    key = np.empty(n, np.uint64)
+    with serialised():
+        _ordered_bits(keys, key)
+    return argsort_uint64(key, overwrite=True)
+
+
+def argsort_uint64(keys: np.ndarray, overwrite: bool = False) -> np.ndarray:
+    """Positions that sort unsigned 64-bit ``keys`` ascending, equal keys in row order (int64); ``overwrite``
+    lets the sort use ``keys`` as scratch."""
+    return sort_uint64(keys, overwrite)[0]
+
+
+def sort_uint64(keys: np.ndarray, overwrite: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(order, sorted keys) of unsigned 64-bit ``keys``: :func:`argsort_uint64` and ``keys[order]`` in one sort."""
+    key = np.ascontiguousarray(keys, np.uint64)
+    n = key.shape[0]
+    if n < 2:
+        return np.arange(n, dtype=np.int64), key.copy()
+    if not overwrite and key is keys:
+        key = key.copy()
+    idx = np.arange(n, dtype=np.int64)
     spare_key, spare_idx = np.empty(n, np.uint64), np.empty(n, np.int64)
     nchunks = max(1, min(numba.get_num_threads(), n // (4 * _DIGITS)))
     with serialised():
-        _ordered_bits(keys, key)
         varying = int(_varying(key))
         for shift in range(0, 64, DIGIT_BITS):
             if not (varying >> shift) & (_DIGITS - 1):
                 continue  # every key has the same digit here: the pass would change nothing
             _pass(key, idx, spare_key, spare_idx, shift, nchunks)
             key, spare_key, idx, spare_idx = spare_key, key, spare_idx, idx
-    return idx
+    return idx, key
 
 
 @njit(cache=True, parallel=True)
