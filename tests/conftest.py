@@ -47,7 +47,7 @@ def _warm_worker():
         from daskjoin.kernels import get_kernel
 
         x = np.random.default_rng(0).random((50, 2))
-        for method in ("grid", "brute"):
+        for method in ("grid", "brute", "szl"):
             k = get_kernel(method, "cpu")
             k.self_join(x, 0.1)
             k.cross_join(x, x, 0.1)

@@ -328,3 +328,20 @@ def test_gpu_options_are_checked_before_any_work_and_ignored_on_cpu(client):
     got = dj.similarity_join(x, eps=0.05, method="grid", backend="cpu", output="count",
                              gpu_options={"threads_per_point": 4}, client=client)
     assert got == expected
+
+
+@pytest.mark.parametrize("partitioning", PARTITIONINGS)
+@pytest.mark.parametrize("mode", ["self", "cross"])
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_szl_join_matches_oracle(client, zarr_inputs, name, mode, partitioning):
+    """The szl method on a real cluster, Zarr inputs cut into several tasks, its own options passed through."""
+    case = case_by_name(name)
+    a, b = _inputs("zarr", name, mode, zarr_inputs)
+    budget, ntasks = budget_for_tasks(a, b, case.eps, partitioning, TARGET_TASKS, client, method="szl")
+    df = dj.similarity_join(a, b, eps=case.eps, method="szl", partitioning=partitioning, memory_budget=budget,
+                            client=client, gpu_options={"shifts": "random", "lists": 3})
+    assert df.npartitions == ntasks
+    got = client.compute(df).result()
+    check_frame(got, selfjoin=(mode == "self"))
+    assert_same_pairs(frame_triple(got), _expected(name, mode), context=f"szl {name} {mode} {partitioning}",
+                      a=case.a, b=None if mode == "self" else case.cross_b(), eps=case.eps)

@@ -123,7 +123,7 @@ def test_join_count_prints_exact_count(work, tmp_path, cluster):
     x, y = _load(work / "x.zarr"), _load(work / "y.zarr")
     addr = ["--scheduler", cluster.scheduler_address]
     jobs, expected = {}, {}
-    for method in ("grid", "brute"):
+    for method in ("grid", "brute", "szl"):
         jobs[f"self-{method}"] = ["join", work / "x.zarr", "--eps", "0.025", "--count", "--method", method, *addr]
         expected[f"self-{method}"] = oracle_self_count(x, 0.025)
         jobs[f"cross-{method}"] = ["join", work / "x.zarr", work / "y.zarr", "--eps", "0.02", "--count", "--method",

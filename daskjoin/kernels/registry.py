@@ -171,6 +171,7 @@ register("epsilon", "brute", "cpu", "daskjoin.kernels.brute:BruteJoin")
 register("epsilon", "grid", "gpu", "daskjoin.kernels.grid_gpu:GpuGridJoin")
 register("epsilon", "brute", "gpu", "daskjoin.kernels.brute_gpu:GpuBruteJoin")
 register("epsilon", "szl", "cpu", "daskjoin.kernels.szl:SzlJoin")
+register("epsilon", "szl", "gpu", "daskjoin.kernels.szl_gpu:GpuSzlJoin")
 
 # set join: SetBlockJoin(r, s_or_None, threshold, *, larger_partners, options, group_copies)
 for _algorithm in ("ppjoin", "allpairs"):

@@ -64,9 +64,14 @@ class JoinJob:
         return _Sides(self, part).count()
 
     def kernel(self):
-        """This worker's kernel: 'auto' resolved here; GPU tuning options only where it runs on a GPU."""
+        """This worker's kernel: 'auto' resolved here; GPU tuning options only where it runs on a GPU (a method's
+        own options, such as szl's ``shifts``, on either backend)."""
+        from ..options import METHOD_OPTIONS
+
         backend = resolve_backend(self.backend)
-        return get_kernel(self.method, backend, **(dict(self.gpu_options) if backend == "gpu" else {}))
+        own = METHOD_OPTIONS["epsilon"].get(self.method, ())
+        options = {k: v for k, v in self.gpu_options if backend == "gpu" or k in own}
+        return get_kernel(self.method, backend, **options)
 
 
 def _read(reader, rows: tuple[int, int], empty=None):

@@ -13,9 +13,10 @@ from .bounds import BlockStats, block_starts, box_d2
 from .plan import PAIR_BYTES, Partition, row_bytes
 
 
-def block_rows_for(budget: int, n_a: int, n_b: int, d: int, pairs_upper: float, chunk_rows: int) -> int:
+def block_rows_for(budget: int, n_a: int, n_b: int, d: int, pairs_upper: float, chunk_rows: int,
+                   method: str = "grid") -> int:
     """Rows per block so that two blocks and their expected pairs fit ``budget``."""
-    per_row = row_bytes(d, 8)
+    per_row = row_bytes(d, 8, method)
     density = pairs_upper / max(1.0, float(n_a) * float(max(n_b, 1)))  # pairs per row pair
     # 2R rows + 2 * density * R^2 pairs <= budget  (solve the quadratic)
     a = 2.0 * density * PAIR_BYTES

@@ -11,9 +11,18 @@ from .sorted_copy import SortedCopy
 PAIR_BYTES = 60
 
 
-def row_bytes(d: int, itemsize: int) -> int:
-    """Bytes one input row costs a task: the rows read, the float64 sorted copy, ids and cell ids."""
-    return d * (itemsize + 8) + 48
+#: the szl method's lists at most, and what a list costs an index row: its order, key, own position and
+#: walked-list byte (25 bytes) and the row again in the list's order (8 d) (kernels/szl.py; a test ties them)
+SZL_MAX_LISTS = 8
+
+
+def row_bytes(d: int, itemsize: int, method: str = "grid") -> int:
+    """Bytes one input row costs a task: the rows read, the float64 sorted copy, ids and cell ids (and the
+    szl method's lists)."""
+    base = d * (itemsize + 8) + 48
+    if method == "szl":
+        base += min(d + 1, SZL_MAX_LISTS) * (25 + 8 * d)
+    return base
 
 
 @dataclass(frozen=True)
@@ -95,7 +104,7 @@ class Plan:
 
     def task_memory(self, part: Partition) -> int:
         pairs = 0 if self.count_only else int(part.est_pairs * PAIR_BYTES)
-        return part.rows * row_bytes(self.d, 8) + pairs
+        return part.rows * row_bytes(self.d, 8, self.method) + pairs
 
     def explain(self) -> str:
         """A human-readable account of the plan."""

@@ -102,13 +102,13 @@ def _sorted(source: Source, dim: int, stats, runner, budget: int, fingerprint: s
 BALANCE_SLACK = 1.25
 
 
-def _too_heavy(budget: int, d: int, pairs_upper: float, count_only: bool, parallelism: int):
+def _too_heavy(budget: int, d: int, pairs_upper: float, count_only: bool, parallelism: int, method: str = "grid"):
     """The test whether a block pair of ``rows`` rows and ``est`` estimated pairs is to be halved: its pairs
     would not fit the budget beside its rows, or (several workers) it alone holds more than a worker's share.
     ``est`` is the block pair's lower estimate (:meth:`.chunk_pairs._Estimator.floor`): sampling noise alone
     never cuts one."""
     def heavy(rows: int, est: float) -> bool:
-        if not count_only and rows * row_bytes(d, 8) + est * PAIR_BYTES > budget:
+        if not count_only and rows * row_bytes(d, 8, method) + est * PAIR_BYTES > budget:
             return True
         return parallelism > 1 and est > BALANCE_SLACK * pairs_upper / parallelism
     return heavy
@@ -218,8 +218,9 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     chosen_method, method_reason = cost.choose_method(method, a.d, gpu=gpu)
     total_rows = n_a + (0 if b is None else n_b)
     held = 0.0 if count_only else est.upper  # the pairs a task holds: none when it only counts them
-    fits = total_rows * row_bytes(a.d, 8) + held * PAIR_BYTES <= memory_budget
-    rows = max(n_a, n_b, 1) if fits else block_rows_for(memory_budget, n_a, n_b, a.d, held, a.chunk_rows)
+    fits = total_rows * row_bytes(a.d, 8, chosen_method) + held * PAIR_BYTES <= memory_budget
+    rows = max(n_a, n_b, 1) if fits else block_rows_for(memory_budget, n_a, n_b, a.d, held, a.chunk_rows,
+                                                        chosen_method)
     products = float(n_a) * float(n_b) * a.d if chosen_method == "brute" else 0.0
     split = cost.parallel_split(parallelism, rows=total_rows, pairs=est.upper, products=products)
     # chunk pairs or slabs is the budget's choice: a cut for the workers must not turn chunk pairs into slabs
@@ -229,7 +230,8 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     if cut:
         rows = _split_rows(max(n_a, n_b, 1), split, a.chunk_rows)
     parts, kept = plan_block_pairs(stats_a, stats_b, eps, rows, est.upper, est.pair_rows,
-                                   _too_heavy(memory_budget, a.d, est.upper, count_only, parallelism if split > 1 else 1))
+                                   _too_heavy(memory_budget, a.d, est.upper, count_only, parallelism if split > 1 else 1,
+                                                         chosen_method))
     nblocks = -(-max(n_a, n_b, 1) // rows)
     if cut and not fits:  # the pruning the budget's blocks would have: the kept share of the uncut plan
         _, kept = plan_block_pairs(stats_a, stats_b, eps, budget_rows, est.upper)
@@ -252,7 +254,7 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         if b is not None:
             reader_b, note = _sorted_step("B", b, dim, stats_b, runner, memory_budget, fp_b, steps)
             notes.append(f"B {note}")
-        slab_rows = slab_rows_for(memory_budget, n_a, n_b, a.d, held)
+        slab_rows = slab_rows_for(memory_budget, n_a, n_b, a.d, held, chosen_method)
         fewer = -(-max(n_a, 1) // (2 * split))
         if split > 1 and fewer < slab_rows:  # twice the workers: slabs differ in work where data are skewed along the key
             slab_rows = fewer

@@ -27,9 +27,9 @@ def reach(eps: float, key: float) -> float:
     return eps * (1.0 + 1e-9) + 1e-12 * abs(key)
 
 
-def slab_rows_for(budget: int, n_a: int, n_b: int, d: int, pairs_upper: float) -> int:
+def slab_rows_for(budget: int, n_a: int, n_b: int, d: int, pairs_upper: float, method: str = "grid") -> int:
     """Rows per slab so that its rows, an equal allowance for B or its extension, and its pairs fit."""
-    per_row = 2 * row_bytes(d, 8)
+    per_row = 2 * row_bytes(d, 8, method)
     per_row += PAIR_BYTES * pairs_upper / max(1, n_a)
     return int(max(1, min(n_a, budget // max(1.0, per_row))))
 

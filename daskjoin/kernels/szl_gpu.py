@@ -1,0 +1,182 @@
+"""``szl`` method, GPU driver: LSS's Set of Z-Lists (:mod:`.szl` states the method and why it is exact),
+keys and intervals in ``cuda/szl.cu``, the lists sorted by CuPy (a radix sort).
+
+Output as the paper does it (its Algorithm 3, WALKINTERVALSCHUNKED): every query slot gets room for as
+many pairs as its interval holds, an exclusive prefix sum places the slots, and runs of queries whose
+room fits the device budget are walked once each, the pairs then compacted.  Where :meth:`counts`
+already ran, fills are placed by the exact counts instead.  When every pair fits the device, they are
+sorted by (i, j) there and leave as ``SortedRun`` batches.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .exact import eps_squared
+from .gpu_common import cupy, device_budget_bytes, kernel, sorted_to_host, to_host
+from .grid_gpu import OUTPUT_BYTES_PER_PAIR, SORT_BYTES_PER_PAIR, device_bounds, to_device64
+from .registry import split_batch, transfer_pairs
+from .szl import SORTED_COPY_BYTES, box_radius, zspec
+
+BLOCK = 256
+
+
+def _blocks(count: int) -> tuple[int]:
+    return (max(1, min(-(-int(count) // BLOCK), 1 << 20)),)
+
+
+class GpuSzlJoin:
+    """A prepared szl join on the GPU: count, pairs or batches, pairs on the host in original row ids."""
+
+    def __init__(self, a, b, eps: float, *, shifts: str = "uniform", lists: int | None = None):
+        cp = cupy()
+        self.selfjoin = b is None
+        a = to_device64(a)
+        b = None if b is None else to_device64(b)
+        self.swap = b is not None and a.shape[0] < b.shape[0]
+        data = a if b is None or self.swap else b
+        queries = a if not self.swap else b
+        self.eps2 = eps_squared(eps)
+        n, m, d = int(data.shape[0]), int(queries.shape[0]), int(a.shape[1])
+        self.n, self.m, self.d = n, m, d
+        spec = self.spec = zspec(*device_bounds(data), shifts=shifts, lists=lists)
+        L, kd = spec.lists, int(spec.dims.shape[0])
+        geometry = (cp.asarray(spec.dims), np.int32(kd), cp.asarray(spec.lo), cp.asarray(spec.scale),
+                    np.int64(spec.top), cp.asarray(spec.shift), np.int32(L), np.int32(spec.bits))
+        keys = cp.empty((L, n), cp.uint64)
+        if n:
+            kernel("szl.cu", "szl_keys")(_blocks(n), (BLOCK,), (data, np.int64(n), np.int32(d), *geometry, keys))
+        self.perm = cp.empty((L, n), cp.int64)
+        for l in range(L):
+            self.perm[l] = cp.argsort(keys[l])
+            keys[l] = keys[l][self.perm[l]]
+        # query slots in the order of the first list: neighbouring threads search and walk nearby rows
+        if self.selfjoin:
+            self.qrows = self.perm[0]
+        else:
+            qkeys = cp.empty((L, m), cp.uint64)
+            if m:
+                kernel("szl.cu", "szl_keys")(_blocks(m), (BLOCK,), (queries, np.int64(m), np.int32(d), *geometry,
+                                                                    qkeys))
+            self.qrows = cp.argsort(qkeys[0]).astype(cp.int64)
+            del qkeys
+        self.q = cp.ascontiguousarray(queries[self.qrows])
+        self.choice = cp.zeros(m, cp.int8)
+        self.first = cp.zeros(m, cp.int64)
+        self.last = cp.zeros(m, cp.int64)
+        if n and m:
+            kernel("szl.cu", "szl_intervals")(_blocks(m), (BLOCK,), (
+                self.q, np.int64(m), np.int32(d), *geometry, np.float64(box_radius(self.eps2, d)), keys,
+                np.int64(n), self.choice, self.first, self.last))
+        del keys
+        if self.selfjoin and n:
+            rank = cp.empty((L, n), cp.int64)
+            for l in range(L):
+                rank[l, self.perm[l]] = cp.arange(n, dtype=cp.int64)
+            self.own = cp.ascontiguousarray(rank[:, self.qrows])
+            self.picked = cp.ascontiguousarray(self.choice[rank[0][self.perm]])
+            del rank
+        else:
+            self.own = cp.zeros(1, cp.int64)
+            self.picked = cp.zeros(1, cp.int8)
+        self.copied = bool(n) and L * n * d * 8 <= min(SORTED_COPY_BYTES, device_budget_bytes(0.25))
+        if self.copied:
+            self.rows = cp.ascontiguousarray(data[self.perm])
+        else:
+            self.rows = data
+        self._counts = None
+
+    def _walk(self, mode: int, t0: int, t1: int, offsets=None, out=(None, None, None)):
+        cp = cupy()
+        counts = cp.empty(max(t1 - t0, 1), cp.int32)
+        dummy_i, dummy_f = cp.empty(1, cp.int64), cp.empty(1, cp.float32)
+        oi, oj, od = (x if x is not None else dflt for x, dflt in zip(out, (dummy_i, dummy_i, dummy_f)))
+        if t1 > t0 and self.n:
+            kernel("szl.cu", "szl_walk")(_blocks(t1 - t0), (BLOCK,), (
+                self.q, self.qrows, np.int64(t0), np.int64(t1), self.rows, np.int32(self.copied), np.int64(self.n),
+                np.int32(self.d), self.perm, self.picked, self.choice, self.first, self.last, self.own,
+                np.int64(self.m), np.int32(self.selfjoin), np.int32(self.swap), np.float64(self.eps2),
+                np.int32(mode), counts, offsets if offsets is not None else dummy_i, oi, oj, od))
+        else:
+            counts[:] = 0
+        return counts[: t1 - t0]
+
+    def counts(self):
+        """Pairs of every query slot (device array)."""
+        if self._counts is None:
+            self._counts = self._walk(0, 0, self.m)
+        return self._counts
+
+    def count(self) -> int:
+        return int(self.counts().sum(dtype=cupy().int64))
+
+    def _room(self):
+        """Room per slot: its exact count where known, else its interval's length (the paper's bound)."""
+        cp = cupy()
+        if self._counts is not None:
+            return self._counts.astype(cp.int64), True
+        return cp.maximum(self.last - self.first, 0), False
+
+    def _fill(self, t0: int, t1: int, room, exact: bool, with_distance: bool):
+        """Pairs of slots [t0, t1) on the device, in slot order."""
+        cp = cupy()
+        offsets = cp.zeros(t1 - t0 + 1, cp.int64)
+        cp.cumsum(room[t0:t1], out=offsets[1:])
+        size = int(offsets[-1])
+        out = (cp.empty(size, cp.int64), cp.empty(size, cp.int64), cp.empty(size, cp.float32))
+        counts = self._walk(1, t0, t1, offsets, out)
+        if not exact:  # compaction: each slot's pairs are the first counts[t] of its room
+            counts = counts.astype(cp.int64)
+            kept = int(counts.sum())
+            start = cp.zeros(t1 - t0 + 1, cp.int64)
+            cp.cumsum(counts, out=start[1:])
+            slot = cp.repeat(cp.arange(t1 - t0, dtype=cp.int64), counts)
+            source = cp.arange(kept, dtype=cp.int64) - start[slot] + offsets[slot]
+            out = tuple(x[source] for x in out)
+        oi, oj, od = out
+        return oi, oj, (od if with_distance else None)
+
+    def _slot_runs(self, room, pairs: int):
+        """Runs [t0, t1) of slots whose room sums to at most ``pairs`` (a larger slot alone)."""
+        cum = cupy().cumsum(room).get()
+        t0, done = 0, 0
+        while t0 < self.m:
+            t1 = int(np.searchsorted(cum, done + pairs, side="right"))
+            t1 = min(max(t1, t0 + 1), self.m)
+            yield t0, t1
+            done = int(cum[t1 - 1])
+            t0 = t1
+
+    def pairs(self, with_distance: bool = True, device: bool = False):
+        parts = list(self._device_batches(with_distance)) if device else list(self.batches(1 << 62, with_distance))
+        if not parts:
+            cp = cupy()
+            empty = (cp if device else np).empty
+            return empty(0, np.int64), empty(0, np.int64), (empty(0, np.float32) if with_distance else None)
+        xp = cupy() if device else np
+        return tuple(None if parts[0][t] is None else xp.concatenate([p[t] for p in parts]) for t in range(3))
+
+    def _device_batches(self, with_distance: bool):
+        room, exact = self._room()
+        fits = max(1, device_budget_bytes(0.4) // OUTPUT_BYTES_PER_PAIR)
+        for t0, t1 in self._slot_runs(room, fits):
+            yield self._fill(t0, t1, room, exact, with_distance)
+
+    def batches(self, max_pairs: int, with_distance: bool = True):
+        """Batches of at most ``max_pairs`` pairs; sorted by (i, j) on the device where they all fit it."""
+        cp = cupy()
+        if not self.m or not self.n:
+            return
+        room, exact = self._room()
+        budget = max(1, device_budget_bytes(0.4) // (OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR))
+        if int(room.sum()) <= budget:
+            i, j, d = self._fill(0, self.m, room, exact, with_distance)
+            if i.shape[0]:
+                key = (i.astype(cp.uint64) << cp.uint64(32)) | j.astype(cp.uint64)
+                order = cp.argsort(key)
+                del key
+                yield from sorted_to_host(i[order], j[order], None if d is None else d[order], max_pairs)
+            return
+        step = max(1, min(int(max_pairs), device_budget_bytes(0.4) // OUTPUT_BYTES_PER_PAIR, transfer_pairs()))
+        for t0, t1 in self._slot_runs(room, step):
+            i, j, d = self._fill(t0, t1, room, exact, with_distance)
+            yield from split_batch(to_host(i, j, d), max_pairs)
