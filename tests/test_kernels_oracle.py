@@ -25,7 +25,7 @@ from oracle import assert_same_pairs, oracle_cross_pairs, oracle_self_pairs, pai
 
 from daskjoin.kernels import get_kernel  # noqa: E402
 
-METHODS = ["grid", "brute", "szl"]
+METHODS = ["grid", "brute", "szl", "nlj"]
 
 
 @functools.lru_cache(maxsize=None)

@@ -172,6 +172,9 @@ register("epsilon", "grid", "gpu", "daskjoin.kernels.grid_gpu:GpuGridJoin")
 register("epsilon", "brute", "gpu", "daskjoin.kernels.brute_gpu:GpuBruteJoin")
 register("epsilon", "szl", "cpu", "daskjoin.kernels.szl:SzlJoin")
 register("epsilon", "szl", "gpu", "daskjoin.kernels.szl_gpu:GpuSzlJoin")
+# Böhm's non-indexed nested loop: on the CPU it is the tiled loop that ``brute`` runs there (one class, two names)
+register("epsilon", "nlj", "cpu", "daskjoin.kernels.brute:BruteJoin")
+register("epsilon", "nlj", "gpu", "daskjoin.kernels.nlj_gpu:GpuNljJoin")
 
 # set join: SetBlockJoin(r, s_or_None, threshold, *, larger_partners, options, group_copies)
 for _algorithm in ("ppjoin", "allpairs"):

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from .exact import eps_squared
-from .gpu_common import cupy, device_budget_bytes, kernel, sorted_to_host, to_host
-from .grid_gpu import OUTPUT_BYTES_PER_PAIR, SORT_BYTES_PER_PAIR, device_bounds, to_device64
-from .registry import split_batch, transfer_pairs
+from .gpu_common import cupy, device_budget_bytes, kernel
+from .gpu_slots import all_pairs, device_runs, slot_batches
+from .grid_gpu import device_bounds, to_device64
 from .szl import SORTED_COPY_BYTES, box_radius, zspec
 
 BLOCK = 256
@@ -135,48 +135,16 @@ class GpuSzlJoin:
         oi, oj, od = out
         return oi, oj, (od if with_distance else None)
 
-    def _slot_runs(self, room, pairs: int):
-        """Runs [t0, t1) of slots whose room sums to at most ``pairs`` (a larger slot alone)."""
-        cum = cupy().cumsum(room).get()
-        t0, done = 0, 0
-        while t0 < self.m:
-            t1 = int(np.searchsorted(cum, done + pairs, side="right"))
-            t1 = min(max(t1, t0 + 1), self.m)
-            yield t0, t1
-            done = int(cum[t1 - 1])
-            t0 = t1
-
     def pairs(self, with_distance: bool = True, device: bool = False):
-        parts = list(self._device_batches(with_distance)) if device else list(self.batches(1 << 62, with_distance))
-        if not parts:
-            cp = cupy()
-            empty = (cp if device else np).empty
-            return empty(0, np.int64), empty(0, np.int64), (empty(0, np.float32) if with_distance else None)
-        xp = cupy() if device else np
-        return tuple(None if parts[0][t] is None else xp.concatenate([p[t] for p in parts]) for t in range(3))
-
-    def _device_batches(self, with_distance: bool):
-        room, exact = self._room()
-        fits = max(1, device_budget_bytes(0.4) // OUTPUT_BYTES_PER_PAIR)
-        for t0, t1 in self._slot_runs(room, fits):
-            yield self._fill(t0, t1, room, exact, with_distance)
+        if device:
+            room, exact = self._room()
+            runs = device_runs(lambda t0, t1: self._fill(t0, t1, room, exact, with_distance), room)
+            return all_pairs(runs, with_distance, cupy())
+        return all_pairs(self.batches(1 << 62, with_distance), with_distance)
 
     def batches(self, max_pairs: int, with_distance: bool = True):
         """Batches of at most ``max_pairs`` pairs; sorted by (i, j) on the device where they all fit it."""
-        cp = cupy()
         if not self.m or not self.n:
             return
         room, exact = self._room()
-        budget = max(1, device_budget_bytes(0.4) // (OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR))
-        if int(room.sum()) <= budget:
-            i, j, d = self._fill(0, self.m, room, exact, with_distance)
-            if i.shape[0]:
-                key = (i.astype(cp.uint64) << cp.uint64(32)) | j.astype(cp.uint64)
-                order = cp.argsort(key)
-                del key
-                yield from sorted_to_host(i[order], j[order], None if d is None else d[order], max_pairs)
-            return
-        step = max(1, min(int(max_pairs), device_budget_bytes(0.4) // OUTPUT_BYTES_PER_PAIR, transfer_pairs()))
-        for t0, t1 in self._slot_runs(room, step):
-            i, j, d = self._fill(t0, t1, room, exact, with_distance)
-            yield from split_batch(to_host(i, j, d), max_pairs)
+        yield from slot_batches(lambda t0, t1: self._fill(t0, t1, room, exact, with_distance), room, max_pairs)
