@@ -45,12 +45,13 @@ GPU_OPTIONS = {
         "brute": {"tile": None, "batch_bytes": None, "filter": ("auto", "fp32", "int8", "fp16")},
         # the method's own options, taken by its CPU driver too (METHOD_OPTIONS)
         "szl": {"shifts": ("uniform", "uniform-logd", "random"), "lists": None},
+        "directory": {"levels": None, "fanout": None, "pca": (False, True)},
     },
     "sets": {method: {"verify": tuple(sorted(SET_VERIFY_KERNELS)), "block": None, "chunk_candidates": None}
              for method in ALGORITHMS},
 }
 #: kind -> method -> the keys of ``gpu_options`` that are the method's own, passed to its CPU driver as well
-METHOD_OPTIONS = {"epsilon": {"szl": ("shifts", "lists")}}
+METHOD_OPTIONS = {"epsilon": {"szl": ("shifts", "lists"), "directory": ("levels", "fanout", "pca")}}
 _GPU_EXAMPLE = {"epsilon": "{'threads_per_point': 4}", "sets": "{'verify': 'thread'}"}
 
 

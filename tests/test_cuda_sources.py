@@ -22,6 +22,9 @@ STACK_ALLOWED = {
     # local memory, L1-resident; the search is 15 ms of the 0.6 s a 2M x 3-d kNN-join takes on an H100
     # (benchmarks/profile_knn_gpu.py), so registers would not be worth a kernel per dimensionality
     "knn_grid": 512,
+    # the directory walk's pending nodes (at most levels x fanout < 64 ints), the same for every thread of a
+    # block (the walk tests the group's box), so its loads are uniform and L1-resident
+    "directory_join": 256,
 }
 
 

@@ -29,7 +29,7 @@ def _b(case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-@pytest.mark.parametrize("method", ["grid", "brute", "szl", "nlj"])
+@pytest.mark.parametrize("method", ["grid", "brute", "szl", "nlj", "directory"])
 @pytest.mark.parametrize("mode", ["self", "cross"])
 def test_gpu_matches_oracle(case, method, mode):
     kernel = get_kernel(method, "gpu")
@@ -60,7 +60,7 @@ def test_gpu_grid_options_match_cpu(options, d):
 
 def test_gpu_outputs_are_deterministic():
     x = np.random.default_rng(3).random((50000, 3)).astype(np.float32)
-    for method in ("grid", "brute", "szl", "nlj"):
+    for method in ("grid", "brute", "szl", "nlj", "directory"):
         first = get_kernel(method, "gpu").self_join(x, 0.02)
         second = get_kernel(method, "gpu").self_join(x, 0.02)
         assert all(np.array_equal(p, q) for p, q in zip(first, second))
@@ -69,7 +69,7 @@ def test_gpu_outputs_are_deterministic():
 def test_gpu_batches_cover_everything():
     x = np.random.default_rng(4).random((30000, 2)).astype(np.float32)
     expected = oracle_self_pairs(x, 0.01)
-    for method in ("grid", "brute", "szl", "nlj"):
+    for method in ("grid", "brute", "szl", "nlj", "directory"):
         parts = list(get_kernel(method, "gpu").self_batches(x, 0.01, 5000))
         got = tuple(np.concatenate([p[t] for p in parts]) for t in range(3))
         assert_same_pairs(got, expected, context=method)

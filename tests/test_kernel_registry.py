@@ -37,10 +37,10 @@ MAX_PAIRS = [1, 7, 10**9]
 
 
 def test_registry_lists_every_driver():
-    assert set(registry.registered("epsilon")) == {("epsilon", m, b) for m in ("grid", "brute", "szl", "nlj") for b in ("cpu", "gpu")}
+    assert set(registry.registered("epsilon")) == {("epsilon", m, b) for m in ("grid", "brute", "szl", "nlj", "directory") for b in ("cpu", "gpu")}
     assert set(registry.registered("sets")) == {("sets", m, b) for m in ("ppjoin", "allpairs") for b in ("cpu", "gpu")}
     assert registry.methods("sets") == ("ppjoin", "allpairs")
-    assert METHODS == registry.methods("epsilon") == ("grid", "brute", "szl", "nlj")
+    assert METHODS == registry.methods("epsilon") == ("grid", "brute", "szl", "nlj", "directory")
     assert BACKENDS == registry.backends("epsilon") == ("cpu", "gpu")
 
 
@@ -67,8 +67,8 @@ def test_lookups_import_lazily():
     code = r"""
 import sys
 import daskjoin.kernels.registry as registry
-gpu = ["daskjoin.kernels.grid_gpu", "daskjoin.kernels.brute_gpu", "daskjoin.kernels.knn_gpu", "daskjoin.kernels.szl_gpu", "daskjoin.kernels.nlj_gpu", "cupy"]
-assert len(registry.registered()) == 18
+gpu = ["daskjoin.kernels.grid_gpu", "daskjoin.kernels.brute_gpu", "daskjoin.kernels.knn_gpu", "daskjoin.kernels.szl_gpu", "daskjoin.kernels.nlj_gpu", "daskjoin.kernels.directory_gpu", "cupy"]
+assert len(registry.registered()) == 20
 assert not [m for m in gpu if m in sys.modules], [m for m in gpu if m in sys.modules]
 registry.driver_class("epsilon", "grid", "cpu")
 assert "daskjoin.kernels.grid" in sys.modules

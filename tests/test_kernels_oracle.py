@@ -25,7 +25,7 @@ from oracle import assert_same_pairs, oracle_cross_pairs, oracle_self_pairs, pai
 
 from daskjoin.kernels import get_kernel  # noqa: E402
 
-METHODS = ["grid", "brute", "szl", "nlj"]
+METHODS = ["grid", "brute", "szl", "nlj", "directory"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -190,6 +190,38 @@ def test_szl_property_lattices(data, split, eps, lists):
     """Lattice points (duplicates, pairs at exactly eps, far outliers), any split into A and B, any list count:
     the self-join rule reports each pair once, and the cross join finds every pair from either side."""
     k = get_kernel("szl", "cpu", lists=lists)
+    assert_same_pairs(k.self_join(data, eps), oracle_self_pairs(data, eps), context="self", a=data, eps=eps)
+    a, b = data[:split], data[split:]
+    assert_same_pairs(k.cross_join(a, b, eps), oracle_cross_pairs(a, b, eps), context="cross", a=a, b=b, eps=eps)
+
+
+# ------------------------------------------------------------------ directory: its levels and rotation change the work only
+
+DIRECTORY_OPTIONS = [{"pca": True}, {"levels": 1, "fanout": 2}, {"levels": 4, "fanout": 3}, {"levels": 2, "fanout": 64}]
+
+
+@pytest.mark.parametrize("options", DIRECTORY_OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+@pytest.mark.parametrize("case", CASES[1::4], ids=lambda c: c.name)
+def test_directory_options_match_oracle(options, case):
+    for mode in ("self", "cross"):
+        b = None if mode == "self" else _B[case.name]
+        k = get_kernel("directory", "cpu", **options)
+        got = k.self_join(case.a, case.eps) if b is None else k.cross_join(case.a, b, case.eps)
+        assert_same_pairs(got, _expected(case.name, mode), context=f"directory {options} {case.name} {mode}",
+                          a=case.a, b=b, eps=case.eps)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=hnp.arrays(np.float64, st.tuples(st.integers(0, 80), st.integers(1, 5)),
+                    elements=st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0, 1.0 + 2 ** -52, 3.0, -1e6])),
+    split=st.integers(0, 80),
+    eps=st.sampled_from([0.25, 0.5, 1.0, 1e-9]),
+    pca=st.booleans(),
+)
+def test_directory_property_lattices(data, split, eps, pca):
+    """Lattice points (duplicates, pairs at exactly eps, far outliers), rotated or not: the oracle's pairs."""
+    k = get_kernel("directory", "cpu", pca=pca, levels=2, fanout=3)
     assert_same_pairs(k.self_join(data, eps), oracle_self_pairs(data, eps), context="self", a=data, eps=eps)
     a, b = data[:split], data[split:]
     assert_same_pairs(k.cross_join(a, b, eps), oracle_cross_pairs(a, b, eps), context="cross", a=a, b=b, eps=eps)

@@ -94,7 +94,7 @@ def test_out_with_count_refused_by_both(no_cluster, tmp_path):
 @pytest.mark.parametrize("kind", sorted(JOINS))
 def test_method_refused_with_the_kinds_values(no_cluster, kind):
     text = _refusal(JOINS[kind], method="kdtree")
-    allowed = "('auto', 'grid', 'brute', 'szl', 'nlj')" if kind == "epsilon" else "('ppjoin', 'allpairs')"
+    allowed = "('auto', 'grid', 'brute', 'szl', 'nlj', 'directory')" if kind == "epsilon" else "('ppjoin', 'allpairs')"
     assert text.startswith(f"method must be one of {allowed}, got 'kdtree'"), text
 
 

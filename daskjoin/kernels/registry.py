@@ -175,6 +175,8 @@ register("epsilon", "szl", "gpu", "daskjoin.kernels.szl_gpu:GpuSzlJoin")
 # Böhm's non-indexed nested loop: on the CPU it is the tiled loop that ``brute`` runs there (one class, two names)
 register("epsilon", "nlj", "cpu", "daskjoin.kernels.brute:BruteJoin")
 register("epsilon", "nlj", "gpu", "daskjoin.kernels.nlj_gpu:GpuNljJoin")
+register("epsilon", "directory", "cpu", "daskjoin.kernels.directory:DirectoryJoin")
+register("epsilon", "directory", "gpu", "daskjoin.kernels.directory_gpu:GpuDirectoryJoin")
 
 # set join: SetBlockJoin(r, s_or_None, threshold, *, larger_partners, options, group_copies)
 for _algorithm in ("ppjoin", "allpairs"):
