@@ -99,7 +99,11 @@ def fractionated_order(coords, dims, fanout: int, xp=np):
     nparts = 1
     for dim in dims:
         key = coords[order, int(dim)]
-        o = xp.lexsort(xp.stack([key, part.astype(xp.float64)])) if xp is not np else np.lexsort((key, part))
+        if xp is np:
+            o = np.lexsort((key, part))
+        else:  # by key, then by part, both stable (as the GPU grid's index is built)
+            by_key = xp.argsort(key, kind="stable")
+            o = by_key[xp.argsort(part[by_key], kind="stable")]
         order, part = order[o], part[o]
         starts = xp.searchsorted(part, xp.arange(nparts + 1, dtype=xp.int64))
         size = (starts[1:] - starts[:-1])[part]
@@ -121,13 +125,11 @@ def node_boxes(sorted_coords, leaf, nleaves: int, fanout: int, levels: int, xp=n
             nonempty = np.flatnonzero(starts[1:] > starts[:-1])
             lo[nonempty] = np.minimum.reduceat(sorted_coords, starts[nonempty], axis=0)
             hi[nonempty] = np.maximum.reduceat(sorted_coords, starts[nonempty], axis=0)
-        else:
-            import cupyx
+        else:  # one thread per (leaf, dimension) over the leaf's rows (cuda/directory.cu)
+            from .gpu_common import kernel
 
-            cols = xp.arange(d, dtype=xp.int64)[None, :]
-            rows = xp.ascontiguousarray(xp.broadcast_to(leaf[:, None], (n, d)))
-            cupyx.scatter_min(lo, (rows, cols), sorted_coords)
-            cupyx.scatter_max(hi, (rows, cols), sorted_coords)
+            kernel("directory.cu", "leaf_boxes")((-(-(nleaves * d) // 256),), (256,), (
+                xp.ascontiguousarray(sorted_coords), starts, np.int64(nleaves), np.int32(d), lo, hi))
     levels_out = [(starts, lo, hi)]
     for _ in range(levels - 1):
         starts = starts[::fanout]

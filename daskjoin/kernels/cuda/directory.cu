@@ -29,6 +29,26 @@ __device__ __forceinline__ double box_gap2(const double* __restrict__ alo, const
     return s;
 }
 
+// The box of every leaf: one thread per (leaf, dimension), over the leaf's rows (an empty leaf keeps the
+// +inf/-inf it was given).
+extern "C" __global__ void leaf_boxes(const double* __restrict__ x, const i64* __restrict__ starts, i64 nleaves,
+                                      int d, double* __restrict__ lo, double* __restrict__ hi) {
+    const i64 k = blockIdx.x * (i64)blockDim.x + threadIdx.x;
+    if (k >= nleaves * d) return;
+    const i64 leaf = k / d;
+    const int t = (int)(k % d);
+    const i64 s = starts[leaf], e = starts[leaf + 1];
+    if (s >= e) return;
+    double a = x[s * d + t], b = a;
+    for (i64 r = s + 1; r < e; ++r) {
+        const double v = x[r * d + t];
+        a = v < a ? v : a;
+        b = v > b ? v : b;
+    }
+    lo[k] = a;
+    hi[k] = b;
+}
+
 extern "C" __global__ void directory_join(
     const double* __restrict__ q, const double* __restrict__ qb, const i64* __restrict__ qids, i64 m,
     const double* __restrict__ glo, const double* __restrict__ ghi, int group, i64 g0,
