@@ -9,8 +9,9 @@ from .caches import clear_cache
 from .planning.plan import Partition, Plan
 from .api_sets import SetJoinResult, plan_set_join, set_similarity_join
 from .api_knn import knn_join, plan_knn
+from .profiling import WorkProfile, profile_work
 from .validation import InputError
 
 __version__ = "0.1.0"
 
-__all__ = ["similarity_join", "plan_join", "knn_join", "plan_knn", "set_similarity_join", "plan_set_join", "JoinResult", "SetJoinResult", "Plan", "Partition", "InputError", "clear_cache", "__version__"]
+__all__ = ["similarity_join", "plan_join", "knn_join", "plan_knn", "set_similarity_join", "plan_set_join", "JoinResult", "SetJoinResult", "Plan", "Partition", "InputError", "clear_cache", "profile_work", "WorkProfile", "__version__"]

@@ -63,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("a", help="Zarr array of points (rows)")
         p.add_argument("b", nargs="?", help="second Zarr array for an A×B join (omit for a self-join)")
         p.add_argument("--eps", required=eps_required, type=float, help="join radius: pairs with distance <= EPS")
-        p.add_argument("--method", default="auto", help="auto, grid or brute (default: auto)")
+        p.add_argument("--method", default="auto", help="auto, grid, brute, szl, nlj or directory (default: auto; "
+                       "docs/algorithms.md compares them)")
         p.add_argument("--partitioning", default="auto", help="auto, chunk_pairs or slabs (default: auto)")
         p.add_argument("--backend", default="auto",
                        help="auto (each task on its worker's GPU if CuPy sees one, else CPU), cpu or gpu (default: auto)")
@@ -102,6 +103,9 @@ def _parser() -> argparse.ArgumentParser:
     join_options(plan, eps_required=False)
     plan.add_argument("--knn", type=int, default=None, metavar="K",
                       help="plan a kNN-join with K neighbours per row instead of an ε-join (no --eps)")
+    plan.add_argument("--profile", type=int, nargs="?", const=1_000_000, default=None, metavar="ROWS",
+                      help="also run the planned method here on the first ROWS rows (default 1,000,000) and print "
+                           "the candidates per query point: min, median, p99, max (the work report)")
 
     synth = command("synth", "Write a seeded synthetic dataset to a chunked Zarr array.", handler=_synth)
     synth.add_argument("kind", help="uniform (unit cube), expo (exponential, lambda=40), clusters (Gaussian) or "
@@ -277,7 +281,27 @@ def _plan(args) -> int:
     dj.api.check_join_inputs(args.a, args.b, **common)
     plan = dj.plan_join(args.a, args.b, client=_client(args), **common)
     print(plan.explain())
+    if args.profile is not None:
+        print(_work_report(args, plan))
     return 0
+
+
+def _work_report(args, plan) -> str:
+    """The planned method's work per query point on the first ``--profile`` rows, run in this process."""
+    from .io.zarr_in import open_zarr_path
+    from .kernels import resolve_backend
+    from .options import METHOD_OPTIONS
+    from .profiling import profile_work
+
+    rows = max(1, int(args.profile))
+    sides = [open_zarr_path(p, name) for p, name in ((args.a, "A"), (args.b, "B")) if p is not None]
+    a, *b = [s.read(0, min(s.n, rows)) for s in sides]
+    backend = resolve_backend(plan.backend)
+    own = METHOD_OPTIONS["epsilon"].get(plan.method, ())
+    options = {k: v for k, v in plan.gpu_options if backend == "gpu" or k in own}
+    report = profile_work(a, b[0] if b else None, eps=plan.eps, method=plan.method, backend=backend, **options)
+    whole = all(len(x) == s.n for x, s in zip([a, *b], sides))
+    return report.describe() + ("" if whole else f" (the first {len(a):,} rows: fewer neighbours a point than the whole join)")
 
 
 def _synth(args) -> int:

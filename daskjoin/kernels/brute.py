@@ -72,6 +72,11 @@ class BruteJoin:
         self.eps2 = eps_squared(eps)
         self._counts = None
 
+    def work(self) -> np.ndarray:
+        """Rows each query row is decided against (every later row, or all of B): the work report."""
+        n, m = self.a.shape[0], self.b.shape[0]
+        return (n - 1 - np.arange(n, dtype=np.int64)) if self.selfjoin else np.full(n, m, np.int64)
+
     def counts(self) -> np.ndarray:
         if self._counts is None:
             with serialised():

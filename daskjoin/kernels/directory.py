@@ -89,14 +89,15 @@ def _group_leaves(glo, ghi, g, los, his, fanout, limit, out):
 @numba.njit(cache=True, nogil=True)
 def _group(g, group, q, qb, qids, x, xids, leaf_start, los, his, fanout, selfjoin, eps2, limit, leaves,
            fill, offsets, oi, oj, od, counts):
-    """Queries of group g against their reachable leaves: counts (fill False) or pairs from offsets."""
+    """Queries of group g against their reachable leaves: counts (fill False), pairs from offsets (True), or
+    the rows each query would decide (2: the work report)."""
     m = q.shape[0]
     u0 = g * group
     u1 = min(m, u0 + group)
     nleaf = _group_leaves(qb[0], qb[1], g, los, his, fanout, limit, leaves)
     lo_leaf, hi_leaf = los[len(los) - 1], his[len(his) - 1]
     for u in range(u0, u1):
-        at = offsets[u] if fill else 0
+        at = offsets[u] if fill == 1 else 0
         found = 0
         for k in range(nleaf):
             f = leaves[k]
@@ -107,10 +108,13 @@ def _group(g, group, q, qb, qids, x, xids, leaf_start, los, his, fanout, selfjoi
                 s = max(s, u + 1)
             if _point_gap2(qb[2], u, lo_leaf, hi_leaf, f, limit) > limit:
                 continue
+            if fill == 2:
+                found += e - s
+                continue
             for v in range(s, e):
                 d2 = within(q, u, x, v, eps2)
                 if d2 >= 0.0:
-                    if fill:
+                    if fill == 1:
                         a, b = qids[u], xids[v]
                         if selfjoin and b < a:
                             a, b = b, a
@@ -119,7 +123,7 @@ def _group(g, group, q, qb, qids, x, xids, leaf_start, los, his, fanout, selfjoi
                         od[at] = np.float32(math.sqrt(d2))
                         at += 1
                     found += 1
-        if not fill:
+        if fill != 1:
             counts[u] = found
 
 
@@ -192,6 +196,13 @@ class DirectoryJoin:
             _run(g0, g1, GROUP, self.q.rows, self.qb, self.q.ids, self.x.rows, self.x.ids,
                  self.leaf_start, self.los, self.his, self.fanout, self.selfjoin, self.eps2, self.limit, fill,
                  offsets, *out, counts)
+
+    def work(self) -> np.ndarray:
+        """Rows each query decides (those of its reached leaves within its reach): the work report."""
+        work = np.zeros(self.q.rows.shape[0], np.int64)
+        empty_i, empty_f = np.empty(0, np.int64), np.empty(0, np.float32)
+        self._run(0, self.ngroups, 2, np.zeros(1, np.int64), (empty_i, empty_i, empty_f), work)
+        return work
 
     def counts(self) -> np.ndarray:
         """Pairs of each query, in the queries' directory order."""

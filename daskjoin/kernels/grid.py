@@ -181,6 +181,10 @@ def _visit_points(c, a0, a1, qi, di, eps2, selfjoin, grid, work, fill, oi, oj, o
                         gap = dpts[b, dims[k - 1]] - xa
                         if gap * gap > reach2:
                             break
+                    if fill == 2:  # the work report: candidates, not pairs (``fill`` is a bool otherwise)
+                        pos += 1
+                        b += step
+                        continue
                     d2 = within(qpts, a, dpts, b, eps2)
                     if d2 >= 0.0:
                         if fill:
@@ -261,6 +265,22 @@ def _count_points(qi, di, eps2, selfjoin, grid, c):
         for t in range(block * CELLS_PER_BLOCK, min((block + 1) * CELLS_PER_BLOCK, e - s)):
             counts[t] = _visit_points(c, s + t, s + t + 1, qi, di, eps2, selfjoin, grid, work, False,
                                       dummy_i, dummy_i, dummy_d, 0, big)
+    return counts
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _candidates(qi, di, eps2, selfjoin, grid):
+    """Candidates (exact decisions) of every sorted query point: the work report (:meth:`GridJoin.work`)."""
+    ncell = qi[2].shape[0] - 1
+    counts = np.zeros(qi[0].shape[0], np.int64)
+    dummy_i = np.empty(0, np.int64)
+    dummy_d = np.empty(0, np.float32)
+    big = np.int64(1) << 62
+    for c in numba.prange(ncell):
+        work = _workspace(grid[4])
+        for a in range(qi[2][c], qi[2][c + 1]):
+            counts[a] = _visit_points(c, a, a + 1, qi, di, eps2, selfjoin, grid, work, 2, dummy_i, dummy_i,
+                                      dummy_d, 0, big)
     return counts
 
 
@@ -374,6 +394,11 @@ class GridJoin:
         spec = self.spec
         grid = (spec.dims, spec.origin, spec.widths, spec.ncells, spec.strides, boundary_slack(spec))
         return self.query, self.data, self.eps2, self.selfjoin, grid
+
+    def work(self) -> np.ndarray:
+        """Exact decisions (candidates) each query point makes, in sorted order (the work report)."""
+        with serialised():
+            return _candidates(*self._args())
 
     def counts(self) -> np.ndarray:
         """Exact pair count of every query cell it searches (``self.cells``; cached)."""

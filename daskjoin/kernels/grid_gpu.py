@@ -188,6 +188,13 @@ class GpuGridJoin:
             kernel("grid.cu", "grid_join")(grid, (BLOCK,), args)
         return counts[: hi - lo]
 
+    def work(self) -> np.ndarray:
+        """Candidates each query point decides (its lanes summed), on the host: the work report."""
+        cp = cupy()
+        if not self.nitems:
+            return np.zeros(0, np.int64)
+        return cp.asnumpy(self._launch(2, 0, self.nitems).astype(cp.int64).reshape(-1, self.tpp).sum(axis=1))
+
     def counts(self):
         """Pair count of every item (device array)."""
         if self._counts is None:

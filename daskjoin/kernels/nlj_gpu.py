@@ -43,6 +43,11 @@ class GpuNljJoin:
                 offsets if offsets is not None else dummy_i, oi, oj, od), shared_mem=8 * self.tile_rows * self.d)
         return counts[: q1 - q0]
 
+    def work(self) -> np.ndarray:
+        """Rows each query row is decided against (every later row, or all of B): the work report."""
+        rows = np.arange(self.n, dtype=np.int64)
+        return (self.m - 1 - rows) if self.selfjoin else np.full(self.n, self.m, np.int64)
+
     def counts(self):
         """Pairs of every query row (device array)."""
         if self._counts is None:

@@ -430,6 +430,10 @@ class SzlJoin:
         return (self.q, self.qrows, self.own, self.rows, self.copied, self.perm, self.picked, self.choice,
                 self.first, self.last, self.selfjoin)
 
+    def work(self) -> np.ndarray:
+        """Rows of each query's interval (what its walk reads): the work report."""
+        return np.maximum(self.last - self.first, 0)
+
     def counts(self) -> np.ndarray:
         """Pairs of each query slot."""
         if self._counts is None:

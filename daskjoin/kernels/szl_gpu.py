@@ -100,6 +100,10 @@ class GpuSzlJoin:
             counts[:] = 0
         return counts[: t1 - t0]
 
+    def work(self) -> np.ndarray:
+        """Rows of each query's interval (what its walk reads), on the host: the work report."""
+        return cupy().asnumpy(cupy().maximum(self.last - self.first, 0))
+
     def counts(self):
         """Pairs of every query slot (device array)."""
         if self._counts is None:
