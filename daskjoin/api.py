@@ -193,7 +193,7 @@ def plan_join(a, b=None, *, eps, method: str = "auto", partitioning: str = "auto
         Points as rows.  ``b=None`` plans a self-join.
     eps : float
         Join radius (pairs with Euclidean distance ``<= eps``).
-    method : {"auto", "grid", "brute"}
+    method : {"auto", "grid", "brute", "szl", "nlj", "directory"}
     partitioning : {"auto", "chunk_pairs", "slabs"}
     backend : {"auto", "cpu", "gpu"}
         ``auto``: each task runs on its worker's GPU when CuPy sees one, else on the CPU.
@@ -248,7 +248,7 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
         Points as rows (float32/float64; other real dtypes are converted).
     eps : float
         Join radius, positive and finite.
-    method : {"auto", "grid", "brute"}
+    method : {"auto", "grid", "brute", "szl", "nlj", "directory"}
         ``auto`` picks by dimensionality (see ``plan.explain()``).
     partitioning : {"auto", "chunk_pairs", "slabs"}
     backend : {"auto", "cpu", "gpu"}

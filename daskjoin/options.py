@@ -44,12 +44,26 @@ GPU_OPTIONS = {
         "grid": {"threads_per_point": None, "sort_by_workload": None, "work_queue": None, "max_dims": None},
         "brute": {"tile": None, "batch_bytes": None, "filter": ("auto", "fp32", "int8", "fp16")},
         # the method's own options, taken by its CPU driver too (METHOD_OPTIONS)
-        "szl": {"shifts": ("uniform", "uniform-logd", "random"), "lists": None},
-        "directory": {"levels": None, "fanout": None, "pca": (False, True)},
+        "szl": {"shifts": ("uniform", "uniform-logd", "random"), "lists": lambda v, label: _int_in(v, label, 1, 8)},
+        "nlj": {},
+        "directory": {"levels": lambda v, label: _int_in(v, label, 1, 8),
+                      "fanout": lambda v, label: _int_in(v, label, 2, 63), "pca": lambda v, label: _flag(v, label)},
     },
     "sets": {method: {"verify": tuple(sorted(SET_VERIFY_KERNELS)), "block": None, "chunk_candidates": None}
              for method in ALGORITHMS},
 }
+def _int_in(value, label: str, lo: int, hi: int) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+        raise InputError(f"{label} must be an integer from {lo} to {hi}, got {value!r}")
+    return int(value)
+
+
+def _flag(value, label: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{label} must be True or False, got {value!r}")
+    return bool(value)
+
+
 #: kind -> method -> the keys of ``gpu_options`` that are the method's own, passed to its CPU driver as well
 METHOD_OPTIONS = {"epsilon": {"szl": ("shifts", "lists"), "directory": ("levels", "fanout", "pca")}}
 _GPU_EXAMPLE = {"epsilon": "{'threads_per_point': 4}", "sets": "{'verify': 'thread'}"}
@@ -147,8 +161,13 @@ def check_gpu_options(kind: str, method: str, options, label: str = "gpu_options
     if unknown:
         raise InputError(f"{label} {unknown} are not options of method {method!r}; allowed: {sorted(allowed)}")
     for key, choices in allowed.items():
-        if key in options and choices is not None:
+        if key in options and callable(choices):
+            choices(options[key], f"{label} {key}")
+        elif key in options and choices is not None:
             check_choice(options[key], choices, f"{label} {key}")
+    if method == "directory" and options.get("levels", 3) * options.get("fanout", 16) >= 64:
+        raise InputError(f"{label} levels x fanout must stay below 64 (the GPU walk's stack), got "
+                         f"{options.get('levels', 3)} x {options.get('fanout', 16)}")
     return dict(options)
 
 

@@ -330,18 +330,31 @@ def test_gpu_options_are_checked_before_any_work_and_ignored_on_cpu(client):
     assert got == expected
 
 
-@pytest.mark.parametrize("partitioning", PARTITIONINGS)
-@pytest.mark.parametrize("mode", ["self", "cross"])
-@pytest.mark.parametrize("name", CASE_NAMES)
-def test_szl_join_matches_oracle(client, zarr_inputs, name, mode, partitioning):
-    """The szl method on a real cluster, Zarr inputs cut into several tasks, its own options passed through."""
+#: the methods beside grid and brute, with options of their own passed through (directory and nlj on a third
+#: of the cases: their kernels are checked on every case in test_kernels_oracle.py)
+MORE_METHODS = {"szl": ({"shifts": "random", "lists": 3}, CASE_NAMES),
+                "directory": ({"levels": 2, "fanout": 8, "pca": True}, CASE_NAMES[::3]),
+                "nlj": ({}, CASE_NAMES[1::3])}
+
+
+def _more_methods():
+    for method, (options, names) in MORE_METHODS.items():
+        for name in names:
+            for mode in ("self", "cross"):
+                for part in PARTITIONINGS:
+                    yield pytest.param(method, options, name, mode, part, id=f"{method}-{name}-{mode}-{part}")
+
+
+@pytest.mark.parametrize("method, options, name, mode, partitioning", list(_more_methods()))
+def test_more_methods_match_oracle(client, zarr_inputs, method, options, name, mode, partitioning):
+    """szl, directory and nlj on a real cluster, Zarr inputs cut into several tasks, their own options passed."""
     case = case_by_name(name)
     a, b = _inputs("zarr", name, mode, zarr_inputs)
-    budget, ntasks = budget_for_tasks(a, b, case.eps, partitioning, TARGET_TASKS, client, method="szl")
-    df = dj.similarity_join(a, b, eps=case.eps, method="szl", partitioning=partitioning, memory_budget=budget,
-                            client=client, gpu_options={"shifts": "random", "lists": 3})
+    budget, ntasks = budget_for_tasks(a, b, case.eps, partitioning, TARGET_TASKS, client, method=method)
+    df = dj.similarity_join(a, b, eps=case.eps, method=method, partitioning=partitioning, memory_budget=budget,
+                            client=client, gpu_options=options)
     assert df.npartitions == ntasks
     got = client.compute(df).result()
     check_frame(got, selfjoin=(mode == "self"))
-    assert_same_pairs(frame_triple(got), _expected(name, mode), context=f"szl {name} {mode} {partitioning}",
+    assert_same_pairs(frame_triple(got), _expected(name, mode), context=f"{method} {name} {mode} {partitioning}",
                       a=case.a, b=None if mode == "self" else case.cross_b(), eps=case.eps)

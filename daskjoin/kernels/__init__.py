@@ -106,7 +106,8 @@ def host_allocator(backend: str):
 
 
 def get_kernel(method: str, backend: str = "cpu", **options) -> Kernel:
-    """The kernel of ``method`` ("grid" or "brute") on ``backend`` ("cpu", "gpu" or "auto")."""
+    """The kernel of ``method`` (one of ``METHODS``: "grid", "brute", "szl", "nlj", "directory") on ``backend``
+    ("cpu", "gpu" or "auto")."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     backend = resolve_backend(backend)

@@ -88,16 +88,16 @@ def _group_leaves(glo, ghi, g, los, his, fanout, limit, out):
 
 @numba.njit(cache=True, nogil=True)
 def _group(g, group, q, qb, qids, x, xids, leaf_start, los, his, fanout, selfjoin, eps2, limit, leaves,
-           fill, offsets, oi, oj, od, counts):
-    """Queries of group g against their reachable leaves: counts (fill False), pairs from offsets (True), or
-    the rows each query would decide (2: the work report)."""
+           fill, offsets, base, oi, oj, od, counts):
+    """Queries of group g against their reachable leaves: counts (fill False), pairs from ``offsets[u] - base``
+    (True), or the rows each query would decide (2: the work report)."""
     m = q.shape[0]
     u0 = g * group
     u1 = min(m, u0 + group)
     nleaf = _group_leaves(qb[0], qb[1], g, los, his, fanout, limit, leaves)
     lo_leaf, hi_leaf = los[len(los) - 1], his[len(his) - 1]
     for u in range(u0, u1):
-        at = offsets[u] if fill == 1 else 0
+        at = offsets[u] - base if fill == 1 else 0
         found = 0
         for k in range(nleaf):
             f = leaves[k]
@@ -129,12 +129,12 @@ def _group(g, group, q, qb, qids, x, xids, leaf_start, los, his, fanout, selfjoi
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def _run(g0, g1, group, q, qb, qids, x, xids, leaf_start, los, his, fanout, selfjoin, eps2, limit, fill,
-         offsets, oi, oj, od, counts):
+         offsets, base, oi, oj, od, counts):
     nleaves = los[len(los) - 1].shape[0]
     for g in numba.prange(g0, g1):
         leaves = np.empty(nleaves, np.int64)
         _group(g, group, q, qb, qids, x, xids, leaf_start, los, his, fanout, selfjoin, eps2, limit, leaves,
-               fill, offsets, oi, oj, od, counts)
+               fill, offsets, base, oi, oj, od, counts)
 
 
 class _Side:
@@ -189,13 +189,13 @@ class DirectoryJoin:
         self.ngroups = glo.shape[0]
         self._counts = None
 
-    def _run(self, g0, g1, fill, offsets, out, counts):
+    def _run(self, g0, g1, fill, offsets, out, counts, base=0):
         if g1 <= g0 or not self.x.rows.shape[0]:
             return
         with serialised():
             _run(g0, g1, GROUP, self.q.rows, self.qb, self.q.ids, self.x.rows, self.x.ids,
                  self.leaf_start, self.los, self.his, self.fanout, self.selfjoin, self.eps2, self.limit, fill,
-                 offsets, *out, counts)
+                 offsets, np.int64(base), *out, counts)
 
     def work(self) -> np.ndarray:
         """Rows each query decides (those of its reached leaves within its reach): the work report."""
@@ -216,15 +216,20 @@ class DirectoryJoin:
     def count(self) -> int:
         return int(self.counts().sum())
 
+    def _offsets(self) -> np.ndarray:
+        if getattr(self, "_offsets_cache", None) is None:
+            self._offsets_cache = np.zeros(self.q.rows.shape[0] + 1, np.int64)
+            np.cumsum(self.counts(), out=self._offsets_cache[1:])
+        return self._offsets_cache
+
     def _fill(self, u0: int, u1: int, with_distance: bool):
-        """Pairs of the queries [u0, u1) (whole groups, or the end)."""
-        counts = self.counts()
-        offsets = np.zeros(self.q.rows.shape[0] + 1, np.int64)
-        np.cumsum(counts[u0:u1], out=offsets[u0 + 1:u1 + 1])
-        size = int(offsets[u1])
+        """Pairs of the queries [u0, u1): whole groups (a group's queries all run), or up to the end."""
+        assert u0 % GROUP == 0 and (u1 % GROUP == 0 or u1 == self.q.rows.shape[0]), (u0, u1)
+        offsets = self._offsets()
+        size = int(offsets[u1] - offsets[u0])
         oi, oj, od = pair_buffers(size)
         if size:
-            self._run(u0 // GROUP, -(-u1 // GROUP), True, offsets, (oi, oj, od), counts)
+            self._run(u0 // GROUP, -(-u1 // GROUP), True, offsets, (oi, oj, od), self.counts(), base=int(offsets[u0]))
         return oi, oj, (od if with_distance else None)
 
     def pairs(self, with_distance: bool = True):

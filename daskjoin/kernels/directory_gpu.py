@@ -67,7 +67,9 @@ class GpuDirectoryJoin:
         self.glo, self.ghi = cp.ascontiguousarray(glo), cp.ascontiguousarray(ghi)
         self.m = int(self.q.rows.shape[0])
         self.ngroups = int(glo.shape[0])
-        self.tile_rows = int(max(1, min(256, SHARED_BYTES // (8 * max(d, 1)))))
+        fit = SHARED_BYTES // (8 * max(d, 1))
+        self.staged = fit >= 1  # rows wider than shared memory are read from global memory
+        self.tile_rows = int(max(1, min(256, fit)))
         self._counts = None
 
     def _launch(self, mode: int, g0: int, g1: int, offsets=None, out=(None, None, None)):
@@ -81,8 +83,9 @@ class GpuDirectoryJoin:
                 self.q.rows, self.q.bounds, self.q.ids, np.int64(self.m), self.glo, self.ghi, np.int32(GROUP),
                 np.int64(g0), self.x.rows, self.x.ids, self.leaf_start, self.nlo, self.nhi, self.level_at,
                 np.int32(self.levels), np.int32(self.fanout), np.int32(self.d), np.int32(self.tile_rows),
-                np.int32(self.selfjoin), np.float64(self.eps2), np.float64(self.limit), np.int32(mode), counts,
-                offsets if offsets is not None else dummy_i, oi, oj, od), shared_mem=8 * self.tile_rows * self.d)
+                np.int32(self.staged), np.int32(self.selfjoin), np.float64(self.eps2), np.float64(self.limit),
+                np.int32(mode), counts, offsets if offsets is not None else dummy_i, oi, oj, od),
+                shared_mem=8 * self.tile_rows * self.d if self.staged else 0)
         return counts[: u1 - u0]
 
     def counts(self):
@@ -97,12 +100,11 @@ class GpuDirectoryJoin:
     def _fill(self, u0: int, u1: int, with_distance: bool):
         """Pairs of the queries [u0, u1), u0 a group's first query (runs of slots are cut at groups)."""
         cp = cupy()
+        # whole groups only: a group's queries all run, so each must have its room
+        assert u0 % GROUP == 0 and (u1 % GROUP == 0 or u1 == self.m), (u0, u1)
         g0, g1 = u0 // GROUP, -(-u1 // GROUP)
-        v1 = min(self.m, g1 * GROUP)  # the whole last group runs; its tail beyond u1 has no room
-        room = cp.zeros(v1 - u0, cp.int64)
-        room[: u1 - u0] = self.counts()[u0:u1]
-        offsets = cp.zeros(v1 - u0 + 1, cp.int64)
-        cp.cumsum(room, out=offsets[1:])
+        offsets = cp.zeros(u1 - u0 + 1, cp.int64)
+        cp.cumsum(self.counts()[u0:u1], dtype=cp.int64, out=offsets[1:])
         size = int(offsets[-1])
         out = (cp.empty(size, cp.int64), cp.empty(size, cp.int64), cp.empty(size, cp.float32))
         if size:

@@ -27,8 +27,9 @@ class GpuNljJoin:
         self.b = self.a if b is None else to_device64(b)
         self.eps2 = eps_squared(eps)
         self.n, self.m, self.d = int(self.a.shape[0]), int(self.b.shape[0]), int(self.a.shape[1])
-        fit = max(1, SHARED_BYTES // (8 * max(self.d, 1)))
-        self.tile_rows = int(min(fit, tile_rows or 256))
+        fit = SHARED_BYTES // (8 * max(self.d, 1))
+        self.staged = fit >= 1  # rows wider than shared memory are read from global memory
+        self.tile_rows = int(min(max(fit, 1), tile_rows or 256))
         self._counts = None
 
     def _launch(self, mode: int, q0: int, q1: int, offsets=None, out=(None, None, None)):
@@ -39,8 +40,9 @@ class GpuNljJoin:
         if q1 > q0 and self.m:  # (d = 0 works too: every pair is at distance 0)
             kernel("nlj.cu", "nlj_join")((-(-(q1 - q0) // BLOCK),), (BLOCK,), (
                 self.a, np.int64(q0), np.int64(q1), self.b, np.int64(self.m), np.int32(self.d),
-                np.int32(self.tile_rows), np.int32(self.selfjoin), np.float64(self.eps2), np.int32(mode), counts,
-                offsets if offsets is not None else dummy_i, oi, oj, od), shared_mem=8 * self.tile_rows * self.d)
+                np.int32(self.tile_rows), np.int32(self.staged), np.int32(self.selfjoin), np.float64(self.eps2),
+                np.int32(mode), counts, offsets if offsets is not None else dummy_i, oi, oj, od),
+                shared_mem=8 * self.tile_rows * self.d if self.staged else 0)
         return counts[: q1 - q0]
 
     def work(self) -> np.ndarray:

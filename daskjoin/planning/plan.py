@@ -11,8 +11,9 @@ from .sorted_copy import SortedCopy
 PAIR_BYTES = 60
 
 
-#: the szl method's lists at most, and what a list costs an index row: its order, key, own position and
-#: walked-list byte (25 bytes) and the row again in the list's order (8 d) (kernels/szl.py; a test ties them)
+#: the szl method's lists at most (its ``lists`` option can ask for them all at any d), and what a list costs
+#: an index row while it is built: order, key twice, rank, own position and walked-list byte (41 bytes), and
+#: the row again in the list's order (8 d) (kernels/szl.py; a test ties the count)
 SZL_MAX_LISTS = 8
 
 
@@ -21,7 +22,9 @@ def row_bytes(d: int, itemsize: int, method: str = "grid") -> int:
     szl method's lists)."""
     base = d * (itemsize + 8) + 48
     if method == "szl":
-        base += min(d + 1, SZL_MAX_LISTS) * (25 + 8 * d)
+        base += SZL_MAX_LISTS * (41 + 8 * d)
+    elif method == "directory":  # the rows and their bounds in directory order, rotated ones too with pca
+        base += 24 * d + 24
     return base
 
 

@@ -221,7 +221,7 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     fits = total_rows * row_bytes(a.d, 8, chosen_method) + held * PAIR_BYTES <= memory_budget
     rows = max(n_a, n_b, 1) if fits else block_rows_for(memory_budget, n_a, n_b, a.d, held, a.chunk_rows,
                                                         chosen_method)
-    products = float(n_a) * float(n_b) * a.d if chosen_method == "brute" else 0.0
+    products = float(n_a) * float(n_b) * a.d if chosen_method in ("brute", "nlj") else 0.0
     split = cost.parallel_split(parallelism, rows=total_rows, pairs=est.upper, products=products)
     # chunk pairs or slabs is the budget's choice: a cut for the workers must not turn chunk pairs into slabs
     # (4 GPUs, 20M rows: 4 blocks kept 100% > 2/4 chose slabs, and a sorted copy, where the budget's 2 did not)

@@ -54,7 +54,7 @@ extern "C" __global__ void directory_join(
     const double* __restrict__ glo, const double* __restrict__ ghi, int group, i64 g0,
     const double* __restrict__ x, const i64* __restrict__ xids, const i64* __restrict__ leaf_start,
     const double* __restrict__ nlo, const double* __restrict__ nhi, const i64* __restrict__ level_at,
-    int levels, int fanout, int d, int tile_rows, int selfjoin, double eps2, double limit, int mode,
+    int levels, int fanout, int d, int tile_rows, int staged, int selfjoin, double eps2, double limit, int mode,
     int* __restrict__ counts, const i64* __restrict__ offsets, i64* __restrict__ oi, i64* __restrict__ oj,
     float* __restrict__ od) {
     extern __shared__ double tile[];
@@ -90,14 +90,17 @@ extern "C" __global__ void directory_join(
         if (reach) reach = box_gap2(qb + u * d, qb + u * d, leaf_lo, leaf_hi, d, limit) <= limit;
         for (i64 t0 = s; t0 < e; t0 += tile_rows) {
             const int rows = (int)(e - t0 < tile_rows ? e - t0 : tile_rows);
-            __syncthreads();
-            for (i64 k = threadIdx.x; k < (i64)rows * d; k += blockDim.x) tile[k] = x[t0 * d + k];
-            __syncthreads();
+            if (staged) {  // rows wider than shared memory are read from global memory instead
+                __syncthreads();
+                for (i64 k = threadIdx.x; k < (i64)rows * d; k += blockDim.x) tile[k] = x[t0 * d + k];
+                __syncthreads();
+            }
             if (!reach) continue;
+            const double* rows_at = staged ? tile : x + t0 * d;
             for (int r = 0; r < rows; ++r) {
                 const i64 v = t0 + r;
                 if (selfjoin && v <= u) continue;
-                const double s2 = exact_within(q + u * d, tile + (i64)r * d, d, eps2);
+                const double s2 = exact_within(q + u * d, rows_at + (i64)r * d, d, eps2);
                 if (s2 >= 0.0) {
                     if (mode == 1) {
                         i64 a = qids[u], b = xids[v];
@@ -112,5 +115,5 @@ extern "C" __global__ void directory_join(
             }
         }
     }
-    if (active) counts[u - first_out] = found;
+    if (active) counts[u - first_out] = found;  // int: a query has at most m < 2^31 partners in one partition
 }
