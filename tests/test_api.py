@@ -330,11 +330,10 @@ def test_gpu_options_are_checked_before_any_work_and_ignored_on_cpu(client):
     assert got == expected
 
 
-#: the methods beside grid and brute, with options of their own passed through (directory and nlj on a third
-#: of the cases: their kernels are checked on every case in test_kernels_oracle.py)
+#: the methods beside grid and brute, with options of their own passed through (directory on a third of the
+#: cases: its kernels are checked on every case in test_kernels_oracle.py; nlj's CPU driver is brute's)
 MORE_METHODS = {"szl": ({"shifts": "random", "lists": 3}, CASE_NAMES),
-                "directory": ({"levels": 2, "fanout": 8, "pca": True}, CASE_NAMES[::3]),
-                "nlj": ({}, CASE_NAMES[1::3])}
+                "directory": ({"levels": 2, "fanout": 8, "pca": True}, CASE_NAMES[::3])}
 
 
 def _more_methods():
@@ -347,7 +346,7 @@ def _more_methods():
 
 @pytest.mark.parametrize("method, options, name, mode, partitioning", list(_more_methods()))
 def test_more_methods_match_oracle(client, zarr_inputs, method, options, name, mode, partitioning):
-    """szl, directory and nlj on a real cluster, Zarr inputs cut into several tasks, their own options passed."""
+    """szl and directory on a real cluster, Zarr inputs cut into several tasks, their own options passed."""
     case = case_by_name(name)
     a, b = _inputs("zarr", name, mode, zarr_inputs)
     budget, ntasks = budget_for_tasks(a, b, case.eps, partitioning, TARGET_TASKS, client, method=method)
