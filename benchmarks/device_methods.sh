@@ -7,8 +7,8 @@ source benchmarks/device_setup.sh pytest pytest-timeout hypothesis
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 for cu in szl nlj directory; do nvcc -std=c++17 -arch=sm_90 -cubin -Xptxas -v -o /dev/null daskjoin/kernels/cuda/$cu.cu; done 2>&1 | grep -E "error|spill stores" | grep -v " 0 bytes spill stores"
 if [[ "$what" == tests || "$what" == all ]]; then
-    timeout 400 python3 -m pytest -q -p no:cacheprovider -m gpu --timeout=300 tests/test_gpu.py tests/test_kernel_registry.py \
-        -k "szl or nlj or directory" > "$OUT/tests-szl.log" 2>&1
+    timeout 400 python3 -m pytest -q -p no:cacheprovider -m gpu --timeout=300 tests/test_gpu.py tests/test_kernel_registry.py tests/test_work_report.py \
+        -k "szl or nlj or directory or work" > "$OUT/tests-szl.log" 2>&1
     echo "tests rc=$?"; tail -3 "$OUT/tests-szl.log"; grep -E "^FAILED|Error" "$OUT/tests-szl.log" | head -20
 fi
 if [[ "$what" == bench || "$what" == all ]]; then
