@@ -453,7 +453,10 @@ def test_choose_method():
     assert cost.choose_method("grid", 100) == ("grid", "requested")
     method, reason = cost.choose_method("auto", 2)
     assert method == "grid" and "d=2" in reason and "grid" in reason
-    assert cost.choose_method("auto", cost.CPU_BRUTE_FROM_D - 1)[0] == "grid"
+    assert cost.choose_method("auto", cost.CPU_DIRECTORY_FROM_D - 1)[0] == "grid"
+    method, reason = cost.choose_method("auto", cost.CPU_DIRECTORY_FROM_D)
+    assert method == "directory" and "CPU" in reason
+    assert cost.choose_method("auto", cost.CPU_BRUTE_FROM_D - 1)[0] == "directory"
     method, reason = cost.choose_method("auto", cost.CPU_BRUTE_FROM_D)
     assert method == "brute" and f"d={cost.CPU_BRUTE_FROM_D}" in reason and "CPU" in reason
     assert cost.choose_method("auto", cost.GPU_BRUTE_FROM_D - 1, gpu=True)[0] == "grid"

@@ -8,15 +8,25 @@ GPU_BRUTE_FROM_D = 16
 #: CPU (2 cores, 20k points): the grid won up to d=8 by 7-30x; from d=12 the two were within noise
 #: of each other, the grid indexing at most 6 dimensions; brute is chosen above 16.
 CPU_BRUTE_FROM_D = 17
+#: CPU, all five methods (benchmarks/bench_methods.py, 2 cores, 50k points, ~32 neighbours; results
+#: methods-cpu-vm-2026-11-26.json): the directory won at 12-d uniform (12.3 s; szl 17.7, brute 22.4, grid 29.2)
+#: and 16-d exponential (16.0 s), and was within 1.12x of the winner at 16-d uniform (szl) and 12-d
+#: exponential (grid); the grid won at 8-d, brute (or szl, within 1.02x of it) from 24-d.
+CPU_DIRECTORY_FROM_D = 12
 
 
 def choose_method(requested: str, d: int, *, gpu: bool = False) -> tuple[str, str]:
-    """``grid`` below the measured crossover dimensionality of the backend, ``brute`` from it."""
+    """``grid`` below the measured crossover dimensionality of the backend, ``brute`` from it; on the CPU the
+    ``directory`` between them."""
     if requested != "auto":
         return requested, "requested"
     limit, where = (GPU_BRUTE_FROM_D, "GPU") if gpu else (CPU_BRUTE_FROM_D, "CPU")
+    if not gpu and CPU_DIRECTORY_FROM_D <= d < limit:
+        return "directory", (f"{CPU_DIRECTORY_FROM_D} <= d={d} < {limit}: on the CPU Böhm's quantile directory wins "
+                             "between the grid and brute force (measured, benchmarks/bench_methods.py)")
     if d < limit:
-        return "grid", f"d={d} < {limit}: on the {where} the ε-grid over non-empty cells wins below d={limit} (measured crossover)"
+        first = CPU_DIRECTORY_FROM_D if not gpu else limit
+        return "grid", f"d={d} < {first}: on the {where} the ε-grid over non-empty cells wins below d={first} (measured crossover)"
     return "brute", (
         f"d={d} >= {limit}: on the {where} the tiled nested loop (box-pruned tiles) wins from d={limit} (measured crossover)"
     )
