@@ -163,19 +163,23 @@ def test_methods_agree_on_self_and_swapped_cross(method):
     np.testing.assert_array_equal(pair_set(ai, aj), pair_set(bj, bi))
 
 
-# ------------------------------------------------------------------ szl: its lists change the work, never the pairs
+# ------------------------------------------------------------------ szl and directory: their options change the work, never the pairs
 
-SZL_OPTIONS = [{"shifts": "uniform-logd"}, {"shifts": "random"}, {"lists": 1}, {"lists": 8}]
+#: options that change only the work: lists and translations of szl, levels, fanout and rotation of the directory
+METHOD_OPTIONS = [("szl", {"shifts": "uniform-logd"}), ("szl", {"shifts": "random"}), ("szl", {"lists": 1}),
+                  ("szl", {"lists": 8}), ("directory", {"pca": True}), ("directory", {"levels": 1, "fanout": 2}),
+                  ("directory", {"levels": 4, "fanout": 3}), ("directory", {"levels": 2, "fanout": 64})]
 
 
-@pytest.mark.parametrize("options", SZL_OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+@pytest.mark.parametrize("method, options", METHOD_OPTIONS,
+                         ids=lambda o: o if isinstance(o, str) else "-".join(f"{k}={v}" for k, v in o.items()))
 @pytest.mark.parametrize("case", CASES[::4], ids=lambda c: c.name)
-def test_szl_options_match_oracle(options, case):
+def test_method_options_match_oracle(method, options, case):
     for mode in ("self", "cross"):
         b = None if mode == "self" else _B[case.name]
-        k = get_kernel("szl", "cpu", **options)
+        k = get_kernel(method, "cpu", **options)
         got = k.self_join(case.a, case.eps) if b is None else k.cross_join(case.a, b, case.eps)
-        assert_same_pairs(got, _expected(case.name, mode), context=f"szl {options} {case.name} {mode}",
+        assert_same_pairs(got, _expected(case.name, mode), context=f"{method} {options} {case.name} {mode}",
                           a=case.a, b=b, eps=case.eps)
 
 
@@ -196,20 +200,7 @@ def test_szl_property_lattices(data, split, eps, lists):
     assert_same_pairs(k.cross_join(a, b, eps), oracle_cross_pairs(a, b, eps), context="cross", a=a, b=b, eps=eps)
 
 
-# ------------------------------------------------------------------ directory: its levels and rotation change the work only
-
-DIRECTORY_OPTIONS = [{"pca": True}, {"levels": 1, "fanout": 2}, {"levels": 4, "fanout": 3}, {"levels": 2, "fanout": 64}]
-
-
-@pytest.mark.parametrize("options", DIRECTORY_OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
-@pytest.mark.parametrize("case", CASES[1::4], ids=lambda c: c.name)
-def test_directory_options_match_oracle(options, case):
-    for mode in ("self", "cross"):
-        b = None if mode == "self" else _B[case.name]
-        k = get_kernel("directory", "cpu", **options)
-        got = k.self_join(case.a, case.eps) if b is None else k.cross_join(case.a, b, case.eps)
-        assert_same_pairs(got, _expected(case.name, mode), context=f"directory {options} {case.name} {mode}",
-                          a=case.a, b=b, eps=case.eps)
+# ------------------------------------------------------------------ directory: rotated or not, the same pairs
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -27,27 +27,12 @@ from .key_sort import take
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _gap2(alo, ahi, a, blo, bhi, b, limit):
-    """Squared gap between box a and box b, summed in dimension order; stops once above ``limit``."""
+    """Squared gap between box a (rows of ``alo``, ``ahi``) and box b, summed in dimension order; stops once above
+    ``limit``."""
     s = 0.0
     for t in range(alo.shape[1]):
         g = blo[b, t] - ahi[a, t]
         h = alo[a, t] - bhi[b, t]
-        if h > g:
-            g = h
-        if g > 0.0:
-            s += g * g
-            if s > limit:
-                return s
-    return s
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _point_gap2(y, u, blo, bhi, b, limit):
-    s = 0.0
-    for t in range(y.shape[1]):
-        v = np.float64(y[u, t])
-        g = blo[b, t] - v
-        h = v - bhi[b, t]
         if h > g:
             g = h
         if g > 0.0:
@@ -106,7 +91,7 @@ def _group(g, group, q, qb, qids, x, xids, leaf_start, los, his, fanout, selfjoi
                 if e <= u + 1:
                     continue
                 s = max(s, u + 1)
-            if _point_gap2(qb[2], u, lo_leaf, hi_leaf, f, limit) > limit:
+            if _gap2(qb[2], qb[2], u, lo_leaf, hi_leaf, f, limit) > limit:  # the query as a box of one point
                 continue
             if fill == 2:
                 found += e - s
