@@ -39,7 +39,6 @@ class Rotation:
 
     mean: np.ndarray   # float64 (d,)
     axes: np.ndarray   # float64 (d, d), columns orthonormal
-    radius: float      # largest |x - mean| over the rows it was made from, and the queries
 
     def apply(self, x, xp=np):
         return (xp.asarray(x, dtype=xp.float64) - xp.asarray(self.mean)) @ xp.asarray(self.axes)
@@ -56,7 +55,7 @@ def principal_axes(x, xp=np) -> Rotation:
         axes = np.ascontiguousarray(vectors[:, ::-1])
     else:
         axes = np.eye(d)
-    return Rotation(mean, axes, 0.0)
+    return Rotation(mean, axes)
 
 
 def rotated_limit(eps2: float, d: int, radius: float) -> float:
