@@ -65,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--eps", required=eps_required, type=float, help="join radius: pairs with distance <= EPS")
         p.add_argument("--method", default="auto", help="auto, grid, brute, szl, nlj or directory (default: auto; "
                        "docs/algorithms.md compares them)")
+        p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", dest="options",
+                       help="an option of the method, repeatable: grid pattern=unicomp (or lid-unicomp, the "
+                            "default); szl lists=1..8 shifts=uniform|uniform-logd|random; directory levels=N "
+                            "fanout=N pca=true; GPU tuning such as threads_per_point=4 (docs/algorithms.md)")
         p.add_argument("--partitioning", default="auto", help="auto, chunk_pairs or slabs (default: auto)")
         p.add_argument("--backend", default="auto",
                        help="auto (each task on its worker's GPU if CuPy sees one, else CPU), cpu or gpu (default: auto)")
@@ -174,16 +178,39 @@ def _missing_chunks(args) -> None:
         dask.config.set({"daskjoin.missing-chunks": args.missing_chunks})
 
 
+def _method_options(args) -> dict:
+    """``--option KEY=VALUE`` flags as the ``gpu_options`` dict: integers, true/false and words."""
+    from .validation import InputError
+
+    options = {}
+    for text in args.options:
+        key, sep, value = text.partition("=")
+        if not sep or not key or not value:
+            raise InputError(f"--option takes KEY=VALUE (for example --option pattern=unicomp), got {text!r}")
+        low = value.lower()
+        options[key] = (int(value) if value.lstrip("-").isdigit() else
+                        {"true": True, "false": False}.get(low, value))
+    return options
+
+
+def _common(args) -> tuple[dict, dict]:
+    """The options ``join`` and ``plan`` pass to the API (checked there and by :func:`check_options`)."""
+    common = dict(eps=args.eps, method=args.method, partitioning=args.partitioning, backend=args.backend,
+                  memory_budget=args.memory_budget)
+    options = _method_options(args)
+    return common, ({"gpu_options": options} if options else {})
+
+
 def _join(args) -> int:
     import daskjoin as dj
     from .options import check_options
 
-    common = dict(eps=args.eps, method=args.method, partitioning=args.partitioning, backend=args.backend,
-                  memory_budget=args.memory_budget)
+    common, tuning = _common(args)
     check_options("epsilon", spelled="cli", output="count" if args.count else "pairs", out=args.out,
-                  overwrite=args.overwrite, resume=args.resume, **common)  # the API's checks, spelled as flags
+                  overwrite=args.overwrite, resume=args.resume, **common, **tuning)  # the API's checks, as flags
     _missing_chunks(args)
     _, src_a, src_b, _ = dj.api.check_join_inputs(args.a, args.b, **common)  # before any cluster is reached
+    common.update(tuning)
     if args.out:
         dj.api.check_output(args.out, args.overwrite, dj.api.protected_paths(src_a, src_b), args.resume)
     import dask.config
@@ -274,11 +301,11 @@ def _plan(args) -> int:
 
         return plan_knn_command(args)
 
-    common = dict(eps=args.eps, method=args.method, partitioning=args.partitioning, backend=args.backend,
-                  memory_budget=args.memory_budget)
-    check_options("epsilon", spelled="cli", **common)
+    common, tuning = _common(args)
+    check_options("epsilon", spelled="cli", **common, **tuning)
     _missing_chunks(args)
     dj.api.check_join_inputs(args.a, args.b, **common)
+    common.update(tuning)
     plan = dj.plan_join(args.a, args.b, client=_client(args), **common)
     print(plan.explain())
     if args.profile is not None:

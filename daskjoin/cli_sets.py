@@ -27,6 +27,9 @@ def add_commands(sub, command) -> None:
                        help="ppjoin or allpairs (default: ppjoin; --algorithm is the old name)")
         p.add_argument("--backend", default="auto", help="where candidates are verified: auto, cpu or gpu")
         p.add_argument("--partitions", type=int, default=None, help="size-range partitions (default: automatic)")
+        p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", dest="options",
+                       help="GPU verification tuning, repeatable: verify=thread|block|intersect_path, block=N, "
+                            "chunk_candidates=N")
         p.add_argument("--memory-budget", default=None, help="memory per task, e.g. 2GB (default: auto)")
         p.add_argument("--missing-chunks", choices=("error", "fill"), default=None,
                        help="a chunk file missing from a set store: error (default) or read it as the fill value")
@@ -83,6 +86,7 @@ def _setjoin(args) -> int:
     _missing_chunks(args)
     common = dict(threshold=_threshold(args), measure=args.measure, method=args.method, backend=args.backend,
                   partitions=args.partitions, memory_budget=args.memory_budget, progress=not args.quiet)
+    common.update(_tuning(args))
     _check_before_cluster(args, dict(common, output="count" if args.count else "pairs", out=args.out,
                                      overwrite=args.overwrite, resume=args.resume))
     if args.out:
@@ -115,6 +119,13 @@ def _check_before_cluster(args, common) -> None:
             raise InputError(f"{path!r} is not a daskjoin set store (create one with `daskjoin import-sets`)")
 
 
+def _tuning(args) -> dict:
+    from .cli import _method_options
+
+    options = _method_options(args)
+    return {"gpu_options": options} if options else {}
+
+
 def _threshold(args):
     threshold = args.threshold
     if args.measure == "overlap" and float(threshold).is_integer():
@@ -129,6 +140,7 @@ def _setplan(args) -> int:
     _missing_chunks(args)
     common = dict(threshold=_threshold(args), measure=args.measure, method=args.method, backend=args.backend,
                   partitions=args.partitions, memory_budget=args.memory_budget)
+    common.update(_tuning(args))
     _check_before_cluster(args, common)
     from .execution.cluster import resolve_client
 

@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from .kernels import METHODS
+from .kernels.grid_index import PATTERNS as GRID_PATTERNS
 from .kernels.sets.verify_gpu import KERNELS as SET_VERIFY_KERNELS
 from .planning.planner import PARTITIONINGS
 from .planning.set_threshold import MEASURES, parse_threshold
@@ -41,7 +42,8 @@ KNN_METHODS = ("grid", "brute", "szl")
 #: kind -> method -> the ``gpu_options`` keys its GPU driver takes -> a checker of the value (None: any)
 GPU_OPTIONS = {
     "epsilon": {  # defaults come from benchmarks/bench_gpu.py
-        "grid": {"threads_per_point": None, "sort_by_workload": None, "work_queue": None, "max_dims": None},
+        "grid": {"threads_per_point": None, "sort_by_workload": None, "work_queue": None, "max_dims": None,
+                 "pattern": tuple(GRID_PATTERNS)},
         "brute": {"tile": None, "batch_bytes": None, "filter": ("auto", "fp32", "int8", "fp16")},
         # the method's own options, taken by its CPU driver too (METHOD_OPTIONS)
         "szl": {"shifts": ("uniform", "uniform-logd", "random"), "lists": lambda v, label: _int_in(v, label, 1, 8)},
@@ -65,7 +67,8 @@ def _flag(value, label: str) -> bool:
 
 
 #: kind -> method -> the keys of ``gpu_options`` that are the method's own, passed to its CPU driver as well
-METHOD_OPTIONS = {"epsilon": {"szl": ("shifts", "lists"), "directory": ("levels", "fanout", "pca")}}
+METHOD_OPTIONS = {"epsilon": {"grid": ("pattern",), "szl": ("shifts", "lists"),
+                              "directory": ("levels", "fanout", "pca")}}
 _GPU_EXAMPLE = {"epsilon": "{'threads_per_point': 4}", "sets": "{'verify': 'thread'}"}
 
 
@@ -213,7 +216,8 @@ OPTIONS = (
            help="continue an interrupted run to out (a finished one: nothing to do)"),
     Option("progress", boolean, flag="--quiet", help="show a progress bar"),
     Option("memory_budget", budget, flag="--memory-budget", help="memory one task may use"),
-    Option("gpu_options", gpu_options, ("epsilon", "sets"), help="tuning of the GPU driver (keys per kind and method)"),
+    Option("gpu_options", gpu_options, ("epsilon", "sets"), flag="--option",
+           help="the method's own options and tuning of the GPU driver (keys per kind and method)"),
     Option("client", client, flag="--scheduler", help="the Dask client, a scheduler address, or None"),
 )
 BY_NAME = {option.name: option for option in OPTIONS}

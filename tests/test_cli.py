@@ -129,6 +129,13 @@ def test_join_count_prints_exact_count(work, tmp_path, cluster):
         jobs[f"cross-{method}"] = ["join", work / "x.zarr", work / "y.zarr", "--eps", "0.02", "--count", "--method",
                                    method, "--memory-budget", "32KiB", "--partitioning", "slabs", *addr]
         expected[f"cross-{method}"] = oracle_cross_count(x, y, 0.02)
+    # a method's own options (--option KEY=VALUE) change the work only
+    jobs["self-unicomp"] = ["join", work / "x.zarr", "--eps", "0.025", "--count", "--method", "grid",
+                            "--option", "pattern=unicomp", *addr]
+    expected["self-unicomp"] = oracle_self_count(x, 0.025)
+    jobs["self-szl-options"] = ["join", work / "x.zarr", "--eps", "0.025", "--count", "--method", "szl",
+                                "--option", "lists=2", "--option", "shifts=random", *addr]
+    expected["self-szl-options"] = oracle_self_count(x, 0.025)
     results = run_many(jobs, tmp_path, workers=4)
     results["env"] = run_cli(["join", work / "y.zarr", "--eps", "0.01", "--count", "--quiet"], tmp_path,
                              env=_env(DASKJOIN_SCHEDULER=cluster.scheduler_address))

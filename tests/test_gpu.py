@@ -21,6 +21,8 @@ GRID_OPTIONS = [
     {"threads_per_point": 4},
     {"sort_by_workload": True, "work_queue": True},
     {"threads_per_point": 8, "work_queue": True},
+    {"pattern": "unicomp"},
+    {"pattern": "unicomp", "threads_per_point": 4, "sort_by_workload": True},
 ]
 
 
@@ -50,12 +52,28 @@ def test_gpu_grid_options_match_cpu(options, d):
     rng = np.random.default_rng(d)
     x = rng.exponential(1 / 40, size=(20000, d)).astype(np.float32)
     eps = float(np.quantile(np.abs(x[:2000, None, 0] - x[None, :2000, 0]), 0.002)) * (1 + d)
-    cpu = get_kernel("grid", "cpu").self_join(x, eps)
+    cpu = get_kernel("grid", "cpu").self_join(x, eps)  # LID-UNICOMP on the CPU: a pattern never changes the pairs
     gpu = get_kernel("grid", "gpu", **options).self_join(x, eps)
     assert_same_pairs(gpu, cpu, context=f"options {options}")
     b = rng.exponential(1 / 40, size=(5000, d)).astype(np.float32)
     assert_same_pairs(get_kernel("grid", "gpu", **options).cross_join(x, b, eps),
                       get_kernel("grid", "cpu").cross_join(x, b, eps))
+
+
+#: the methods' own options (they change the work, never the pairs), on every oracle case
+METHOD_OPTIONS = [("grid", {"pattern": "unicomp"}), ("szl", {"shifts": "random", "lists": 5}),
+                  ("szl", {"lists": 1}), ("directory", {"pca": True}), ("directory", {"levels": 4, "fanout": 3})]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("method, options", METHOD_OPTIONS,
+                         ids=lambda o: o if isinstance(o, str) else "-".join(f"{k}={v}" for k, v in o.items()))
+def test_gpu_method_options_match_oracle(case, method, options):
+    kernel = get_kernel(method, "gpu", **options)
+    assert_same_pairs(kernel.self_join(case.a, case.eps), oracle_self_pairs(case.a, case.eps),
+                      context=f"{method} {options} {case.name} self")
+    assert_same_pairs(kernel.cross_join(case.a, _b(case), case.eps), oracle_cross_pairs(case.a, _b(case), case.eps),
+                      context=f"{method} {options} {case.name} cross")
 
 
 def test_gpu_outputs_are_deterministic():

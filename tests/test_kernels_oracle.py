@@ -163,10 +163,12 @@ def test_methods_agree_on_self_and_swapped_cross(method):
     np.testing.assert_array_equal(pair_set(ai, aj), pair_set(bj, bi))
 
 
-# ------------------------------------------------------------------ szl and directory: their options change the work, never the pairs
+# ------------------------------------------------------------------ grid, szl and directory: their options change the work, never the pairs
 
-#: options that change only the work: lists and translations of szl, levels, fanout and rotation of the directory
-METHOD_OPTIONS = [("szl", {"shifts": "uniform-logd"}), ("szl", {"shifts": "random"}), ("szl", {"lists": 1}),
+#: options that change only the work: the grid's cell access pattern, lists and translations of szl, levels,
+#: fanout and rotation of the directory
+METHOD_OPTIONS = [("grid", {"pattern": "unicomp"}), ("grid", {"pattern": "unicomp", "max_dims": 2}),
+                  ("szl", {"shifts": "uniform-logd"}), ("szl", {"shifts": "random"}), ("szl", {"lists": 1}),
                   ("szl", {"lists": 8}), ("directory", {"pca": True}), ("directory", {"levels": 1, "fanout": 2}),
                   ("directory", {"levels": 4, "fanout": 3}), ("directory", {"levels": 2, "fanout": 64})]
 
@@ -181,6 +183,20 @@ def test_method_options_match_oracle(method, options, case):
         got = k.self_join(case.a, case.eps) if b is None else k.cross_join(case.a, b, case.eps)
         assert_same_pairs(got, _expected(case.name, mode), context=f"{method} {options} {case.name} {mode}",
                           a=case.a, b=b, eps=case.eps)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=hnp.arrays(np.float64, st.tuples(st.integers(0, 80), st.integers(1, 5)),
+                    elements=st.sampled_from([0.0, 0.2, 0.25, 0.5, 0.7, 0.75, 1.0, 1.0 + 2 ** -52, 1.5, 3.0])),
+    eps=st.sampled_from([0.25, 0.5, 1e-9]),
+    max_dims=st.integers(1, 5),
+)
+def test_grid_unicomp_property_lattices(data, eps, max_dims):
+    """UNICOMP's odd-coordinate rule reports each pair of a self-join once, whatever the cells' parities,
+    the indexed dimensions and the pairs at exactly eps across cell faces."""
+    k = get_kernel("grid", "cpu", pattern="unicomp", max_dims=max_dims)
+    assert_same_pairs(k.self_join(data, eps), oracle_self_pairs(data, eps), context="self", a=data, eps=eps)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

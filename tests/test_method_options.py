@@ -1,4 +1,4 @@
-"""The options of the szl, nlj and directory methods: checked before any work, passed to both backends."""
+"""The options of the grid, szl, nlj and directory methods: checked before any work, passed to both backends."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 import daskjoin as dj
 from daskjoin.execution.inprocess import in_process
-from daskjoin.kernels import szl
+from daskjoin.kernels import grid, szl
 from daskjoin.options import check_gpu_options
 from daskjoin.planning import plan
 from daskjoin.validation import InputError
@@ -20,6 +20,7 @@ from daskjoin.validation import InputError
     ("directory", {"fanout": 1}, "integer from 2 to 63"),
     ("directory", {"levels": 4, "fanout": 16}, "below 64"),
     ("directory", {"pca": "yes"}, "pca"),
+    ("grid", {"pattern": "gpucalcglobal"}, "lid-unicomp"),
 ])
 def test_bad_method_options_are_refused_before_any_work(method, options, words):
     with pytest.raises(InputError, match=words):
@@ -52,3 +53,22 @@ def test_method_options_reach_the_cpu_driver(monkeypatch):
 def test_plan_memory_counts_the_szl_lists():
     assert plan.SZL_MAX_LISTS == szl.MAX_LISTS
     assert plan.row_bytes(3, 8, "szl") > plan.row_bytes(3, 8, "directory") > plan.row_bytes(3, 8, "grid")
+
+
+def test_grid_pattern_reaches_the_cpu_driver_and_changes_only_the_work(monkeypatch):
+    """``pattern`` is the grid's own option: it reaches the CPU driver, changes the candidates, not the pairs."""
+    seen = {}
+    original = grid.GridJoin.__init__
+
+    def spy(self, a, b, eps, **options):
+        seen.update(options)
+        original(self, a, b, eps, **options)
+
+    monkeypatch.setattr(grid.GridJoin, "__init__", spy)
+    x = np.random.default_rng(1).random((4000, 2))
+    counts = {p: dj.similarity_join(x, eps=0.02, method="grid", backend="cpu", output="count",
+                                    gpu_options={"pattern": p}, client=in_process())
+              for p in ("unicomp", "lid-unicomp")}
+    assert seen.get("pattern") == "lid-unicomp" and counts["unicomp"] == counts["lid-unicomp"] > 0
+    work = {p: dj.profile_work(x, eps=0.02, method="grid", backend="cpu", pattern=p) for p in ("unicomp", "lid-unicomp")}
+    assert work["unicomp"].describe() != work["lid-unicomp"].describe()

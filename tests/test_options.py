@@ -181,6 +181,7 @@ CLI_BAD = {
                 "--backend must be one of ('auto', 'cpu', 'gpu'), got 'tpu'; omit --backend for the default 'auto'"),
     "budget": (["--memory-budget", "lots"], "--memory-budget must be a size such as '2GB' or a number of bytes"),
     "count-and-out": (["--count", "--out", "OUT"], "--count prints a number and writes nothing: drop --out, or drop --count"),
+    "option": (["--option", "nokey"], "--option takes KEY=VALUE (for example --option pattern=unicomp), got 'nokey'"),
 }
 COMMANDS = {"join": ["join", "nope.zarr", "--eps", "0.1"], "setjoin": ["setjoin", "nope.zarr", "--threshold", "0.5"]}
 

@@ -1,7 +1,10 @@
 """``grid`` method, CPU driver: ε-grid join in Numba (Gowanlock & Karsin; Gallet & Gowanlock).
 
-Self-join: LID-UNICOMP - each cell is compared with itself and with the
-neighbour cells of higher linear id only, so each distance is computed once.
+Self-join: each pair of neighbour cells is searched from one side only, so each
+distance is computed once.  ``pattern`` picks the side: LID-UNICOMP (Gallet &
+Gowanlock; the default), the cell of lower linear id; UNICOMP (Gowanlock &
+Karsin), the cell whose coordinate is odd in the first dimension where the two
+cells differ (the two coordinates there differ by one, so exactly one is odd).
 Because ids are row-major, the neighbour cells that differ only in the last
 indexed dimension are consecutive ids: one *row* of up to three cells is one
 contiguous span of sorted points.  Per query point, a neighbour row is skipped
@@ -23,7 +26,7 @@ import numba
 import numpy as np
 
 from .exact import eps_squared, within
-from .grid_index import boundary_slack, build_index, choose_grid
+from .grid_index import PATTERNS, boundary_slack, build_index, choose_grid
 from .memory import pair_buffers
 from .parallel_guard import serialised
 from .registry import bounded_ranges, split_batch
@@ -54,9 +57,11 @@ def _neighbour_rows(coords, lid, strides, ncells, half, ids, start, dense, rows,
     A row holds the cells whose coordinates differ from the cell's by an offset
     prefix ``offs[r]`` in the first k-1 indexed dimensions and by -1, 0 or +1 in
     the last; ``rows[r]`` gets the four sorted-point boundaries of those three
-    cells (empty where they fall outside the grid).  ``half`` keeps only rows of
-    lexicographically positive prefix (higher linear ids: LID-UNICOMP); the
-    cell's own row is then left to the caller.
+    cells (empty where they fall outside the grid).  ``half`` (a :data:`PATTERNS`
+    code) keeps only the rows this cell searches in a self-join: 1, those of
+    lexicographically positive prefix (higher linear ids: LID-UNICOMP); 2, those
+    whose first non-zero offset is in a dimension where the cell's coordinate is
+    odd (UNICOMP).  The cell's own row is then left to the caller.
     """
     k = strides.shape[0]
     count = 0
@@ -79,6 +84,7 @@ def _neighbour_rows(coords, lid, strides, ncells, half, ids, start, dense, rows,
         base = lid
         valid = True
         first_nonzero = 0
+        first_dim = -1
         faces = 0
         for m in range(k - 1):
             off = rest % 3 - 1
@@ -89,11 +95,16 @@ def _neighbour_rows(coords, lid, strides, ncells, half, ids, start, dense, rows,
                 break
             if first_nonzero == 0 and off != 0:
                 first_nonzero = off
+                first_dim = m
             if off != 0:
                 offs[count, faces] = 2 * m + (1 if off > 0 else 0)
                 faces += 1
             base += off * strides[m]
-        if not valid or (half and first_nonzero <= 0):
+        if not valid:
+            continue
+        if half == 1 and first_nonzero <= 0:
+            continue
+        if half == 2 and (first_dim < 0 or coords[first_dim] % 2 == 0):
             continue
         mid0 = _first_at(ids, start, dense, base)
         mid1 = _first_at(ids, start, dense, base + 1)
@@ -141,19 +152,27 @@ def _visit_points(c, a0, a1, qi, di, eps2, selfjoin, grid, work, fill, oi, oj, o
     qpts, dpts, qperm, dperm = qi[0], di[0], qi[4], di[4]
     k = strides.shape[0]
     nrows = _neighbour_rows(coords, qi[1][c], strides, ncells, selfjoin, di[1], di[2], di[5], rows, offs)
-    own_end = e
-    if selfjoin and k > 0 and coords[k - 1] + 1 < ncells[k - 1]:
-        own_end = _first_at(di[1], di[2], di[5], qi[1][c] + 2)
+    # the own row of a self-join: the own cell, and its last-dimension neighbours that this
+    # cell searches (LID-UNICOMP: the next; UNICOMP: both, where the last coordinate is odd)
+    own_start, own_end = s, e
+    if selfjoin and k > 0 and (selfjoin == 1 or coords[k - 1] % 2 == 1):
+        if coords[k - 1] + 1 < ncells[k - 1]:
+            own_end = _first_at(di[1], di[2], di[5], qi[1][c] + 2)
+        if selfjoin == 2 and coords[k - 1] > 0:
+            own_start = _first_at(di[1], di[2], di[5], qi[1][c] - 1)
     for a in range(max(a0, s), min(a1, e)):
         if k > 0:
             _boundary_gaps(qpts, a, dims, origin, widths, coords, slack, gf)
         xa = qpts[a, dims[k - 1]] if k > 0 else 0.0
         for r in range(-1 if selfjoin else 0, nrows):
             if r < 0:
-                # own row of a self-join: later points of the own cell, then the next cell
+                # own row of a self-join: later points of the own cell, then the neighbours above
                 g = 0.0
-                lo, mid0, mid1 = a + 1, a + 1, e
+                mid0, mid1 = a + 1, e
                 hi = own_end if (k > 0 and gf[2 * k - 1] <= eps2) else e
+                # UNICOMP's cell below, scanned downwards from the own cell's first point
+                top = s
+                lo = own_start if (own_start < s and gf[2 * k - 2] <= eps2) else s
             else:
                 g = 0.0
                 for t in range(rows[r, 4]):
@@ -161,19 +180,21 @@ def _visit_points(c, a0, a1, qi, di, eps2, selfjoin, grid, work, fill, oi, oj, o
                 if g > eps2:
                     continue
                 mid0, mid1 = rows[r, 1], rows[r, 2]
+                top = mid0
                 if k > 0:
                     lo = rows[r, 0] if g + gf[2 * k - 2] <= eps2 else mid0
                     hi = rows[r, 3] if g + gf[2 * k - 1] <= eps2 else mid1
                 else:
                     lo, hi = rows[r, 0], rows[r, 3]
             # cells are ordered by the last indexed coordinate: scan the middle cell whole,
-            # the lower cell downwards and the upper cell upwards until the points are out of reach
+            # the lower cell downwards (from ``top``) and the upper cell upwards until the
+            # points are out of reach
             reach2 = (eps2 - g) + 1e-9 * eps2 + slack[k - 1] * slack[k - 1] if k > 0 else np.inf
             for part in range(3):
                 if part == 0:
                     b, stop, step = mid0, mid1, 1
                 elif part == 1:
-                    b, stop, step = mid0 - 1, lo - 1, -1
+                    b, stop, step = top - 1, lo - 1, -1
                 else:
                     b, stop, step = mid1, hi, 1
                 while b != stop:
@@ -369,10 +390,13 @@ def _compact_in_place(cap, used, oi, oj, od):
 class GridJoin:
     """A prepared grid join (indexes built); count, pairs or bounded batches on demand."""
 
-    def __init__(self, a: np.ndarray, b: np.ndarray | None, eps: float, *, max_dims: int = 6, share=None):
+    def __init__(self, a: np.ndarray, b: np.ndarray | None, eps: float, *, max_dims: int = 6, share=None,
+                 pattern: str = "lid-unicomp"):
         """``share``: ``(k, parts)``, only the pairs of the k-th of ``parts`` query shares
-        (:mod:`.shares`: runs of query cells of about equal work; the shares partition the pairs)."""
+        (:mod:`.shares`: runs of query cells of about equal work; the shares partition the pairs).
+        ``pattern``: the self-join's cell access pattern, a key of :data:`PATTERNS`."""
         self.selfjoin = b is None
+        self._mode = PATTERNS[pattern] if self.selfjoin else 0
         parts = [x for x in (a, b) if x is not None and x.shape[0]]
         if parts:
             bounds = [column_bounds(x) for x in parts]
@@ -393,7 +417,7 @@ class GridJoin:
     def _args(self):
         spec = self.spec
         grid = (spec.dims, spec.origin, spec.widths, spec.ncells, spec.strides, boundary_slack(spec))
-        return self.query, self.data, self.eps2, self.selfjoin, grid
+        return self.query, self.data, self.eps2, self._mode, grid
 
     def work(self) -> np.ndarray:
         """Exact decisions (candidates) each query point makes, in sorted order (the work report)."""

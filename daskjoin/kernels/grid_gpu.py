@@ -19,7 +19,7 @@ import numpy as np
 
 from .exact import eps_squared
 from .gpu_common import cupy, device_budget_bytes, kernel, pinned_empty, sorted_to_host, to_host
-from .grid_index import MAX_CELL_ID, DENSE_CELLS_PER_POINT, boundary_slack, choose_grid
+from .grid_index import MAX_CELL_ID, DENSE_CELLS_PER_POINT, PATTERNS, boundary_slack, choose_grid
 from .registry import split_batch, transfer_pairs
 from .shares import point_range
 
@@ -129,11 +129,13 @@ class GpuGridJoin:
     # one thread per point with a work queue was within 3% of the best variant on both;
     # sorting by workload cost 20-50% at 6-d (its extra pass) and gained nothing at 2-d.
     def __init__(self, a, b, eps: float, *, threads_per_point: int = 1, sort_by_workload: bool = False,
-                 work_queue: bool = True, max_dims: int = MAX_INDEXED, share=None):
+                 work_queue: bool = True, max_dims: int = MAX_INDEXED, share=None, pattern: str = "lid-unicomp"):
         """``share``: ``(k, parts)``, only the pairs of the k-th of ``parts`` query shares (:mod:`.shares`:
-        runs of sorted query points of about equal work; the shares partition the pairs)."""
+        runs of sorted query points of about equal work; the shares partition the pairs).
+        ``pattern``: the self-join's cell access pattern (:data:`.grid_index.PATTERNS`)."""
         cp = cupy()
         self.selfjoin = b is None
+        self._mode = PATTERNS[pattern] if self.selfjoin else 0
         a = to_device64(a)
         b = None if b is None else to_device64(b)
         lo, hi = device_bounds(a, b)
@@ -180,7 +182,7 @@ class GpuGridJoin:
             dd.dense, np.int64(dd.ndense),
             np.int32(q.points.shape[1] if q.n else dd.points.shape[1] if dd.n else 1), np.int32(self.spec.k),
             *self._geometry,
-            np.float64(self.eps2), np.int32(self.selfjoin), np.int32(self.tpp),
+            np.float64(self.eps2), np.int32(self._mode), np.int32(self.tpp),
             self.order, queue, np.int32(self.work_queue),
             np.int32(mode), counts, offs, oi, oj, od, np.int64(lo), np.int64(hi),
         )

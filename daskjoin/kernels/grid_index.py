@@ -19,6 +19,9 @@ from .parallel_guard import serialised
 
 #: Largest linear cell id we allow (ids are int64; headroom for neighbour arithmetic).
 MAX_CELL_ID = 1 << 60
+#: the self-join's cell access pattern (option ``pattern``) -> the ``selfjoin`` code the grid kernels
+#: take (0 is an A x B join): which of two neighbour cells searches the pair (``grid.py``)
+PATTERNS = {"lid-unicomp": 1, "unicomp": 2}
 #: Use a dense cell table when the grid has at most this many cells per point.
 DENSE_CELLS_PER_POINT = 4
 #: Dimensions with fewer cells than this prune nothing and are left out of the index.

@@ -124,6 +124,8 @@ class Plan:
             f"  memory/task:   up to ~{fmt_bytes(worst)} (budget {fmt_bytes(self.memory_budget)})"
             + (": a count holds no pairs" if self.count_only else ""),
         ]
+        if self.gpu_options:
+            lines.append("  options:       " + ", ".join(f"{k}={v}" for k, v in self.gpu_options))
         if self.method == "brute" and self.backend != "cpu":
             from .cost import choose_filter
 

@@ -7,8 +7,10 @@
 // One *item* is (query point, lane): `tpp` threads share a query point and split its
 // neighbour rows round-robin (k threads per point).  Items are taken in `order`
 // (identity, or sorted by workload), either by position or from a work queue (an
-// atomic counter).  The self-join visits only rows of higher linear id (LID-UNICOMP),
-// so every distance is computed once.  Per point, a row is skipped when the point is
+// atomic counter).  The self-join searches each pair of neighbour cells from one side
+// only, so every distance is computed once: `selfjoin` 1, from the lower linear id
+// (LID-UNICOMP); 2, from the cell whose coordinate is odd in the first dimension where
+// the two differ (UNICOMP; see kernels/grid.py).  Per point, a row is skipped when the point is
 // farther than eps from it, and the row's end cells are scanned only while in reach.
 //
 // The decision is the library's exact one: float64, dimensions summed in order,
@@ -161,12 +163,19 @@ extern "C" __global__ void grid_join(
                 const double xa = pa[last_dim];
                 const double slack2 = slack_last * slack_last + 1e-9 * eps2;
                 if (selfjoin && t == 0) {
-                    // own row: later points of the own cell, then the next cell while in reach
+                    // own row: later points of the own cell, then the last-dimension neighbours
+                    // this cell searches (LID-UNICOMP: the next; UNICOMP: both where `last` is odd)
                     i64 e_own = first_at(lid + 1, dense, ndense, cell_ids, cell_start, ncell);
                     scan(e, pa, dpts, a + 1, e_own, 1, 0, last_dim, xa, 0.0, d, eps2);
-                    if (last + 1 < nlast && gu_last <= eps2) {
+                    const bool sides = selfjoin == 1 || (last & 1);
+                    if (sides && last + 1 < nlast && gu_last <= eps2) {
                         i64 e_next = first_at(lid + 2, dense, ndense, cell_ids, cell_start, ncell);
                         scan(e, pa, dpts, e_own, e_next, 1, 1, last_dim, xa, eps2 + slack2, d, eps2);
+                    }
+                    if (selfjoin == 2 && sides && last > 0 && gl_last <= eps2) {
+                        i64 s_own = first_at(lid, dense, ndense, cell_ids, cell_start, ncell);
+                        i64 s_prev = first_at(lid - 1, dense, ndense, cell_ids, cell_start, ncell);
+                        scan(e, pa, dpts, s_own - 1, s_prev - 1, -1, 1, last_dim, xa, eps2 + slack2, d, eps2);
                     }
                 }
                 for (int code = t; code < nprefix; code += tpp) {
@@ -174,6 +183,7 @@ extern "C" __global__ void grid_join(
                     i64 base = lid;
                     bool valid = true;
                     int first_nonzero = 0;
+                    int first_odd = 0;  // the cell's coordinate is odd where the offset is first non-zero
                     double g = 0.0;
 #pragma unroll
                     for (int m = 0; m < MAXK - 1; ++m) {
@@ -182,12 +192,17 @@ extern "C" __global__ void grid_join(
                             rest /= 3;
                             i64 c = coords[m] + off;
                             if (c < 0 || c >= ncells[m]) valid = false;
-                            if (first_nonzero == 0 && off != 0) first_nonzero = off;
+                            if (first_nonzero == 0 && off != 0) {
+                                first_nonzero = off;
+                                first_odd = (int)(coords[m] & 1);
+                            }
                             if (off < 0) g += gl[m]; else if (off > 0) g += gu[m];
                             base += (i64)off * strides[m];
                         }
                     }
-                    if (!valid || (selfjoin && first_nonzero <= 0) || g > eps2) continue;
+                    if (!valid || g > eps2) continue;
+                    if (selfjoin == 1 && first_nonzero <= 0) continue;
+                    if (selfjoin == 2 && !first_odd) continue;
                     const i64 mid0 = first_at(base, dense, ndense, cell_ids, cell_start, ncell);
                     const i64 mid1 = first_at(base + 1, dense, ndense, cell_ids, cell_start, ncell);
                     const double reach2 = (eps2 - g) + slack2;
