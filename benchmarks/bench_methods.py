@@ -9,6 +9,10 @@ seconds in a cell is skipped at the larger d of that distribution and neighbour 
 
     python benchmarks/bench_methods.py --backend gpu --n 2000000 --out-json results/methods-H200.json
     python benchmarks/bench_methods.py --backend cpu --n 100000 --dims 2,3,6 --neighbours 32
+    python benchmarks/bench_methods.py --methods grid,grid@pattern=unicomp --dims 2,6   # a method's options
+
+A method given as ``NAME@KEY=VALUE;KEY=VALUE`` runs with those options (``gpu_options``); such variants
+are timed and checked like the methods but take no part in the winner and ``auto`` columns.
 """
 from __future__ import annotations
 
@@ -44,10 +48,21 @@ def eps_for(x: np.ndarray, k: int, backend: str) -> float:
     return float(pooled[len(rows) * k - 1])
 
 
-def timed_count(method: str, backend: str, x, eps: float, repeat: int, cap: float) -> tuple[float, int]:
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """``NAME@KEY=VALUE;KEY=VALUE`` -> (name, options); values as integers, booleans or words."""
+    name, _, rest = spec.partition("@")
+    options = {}
+    for item in filter(None, rest.split(";")):
+        key, _, value = item.partition("=")
+        options[key] = int(value) if value.lstrip("-").isdigit() else {"true": True, "false": False}.get(value, value)
+    return name, options
+
+
+def timed_count(spec: str, backend: str, x, eps: float, repeat: int, cap: float) -> tuple[float, int]:
     from daskjoin.kernels import get_kernel
 
-    kernel = get_kernel(method, backend)
+    method, options = parse_spec(spec)
+    kernel = get_kernel(method, backend, **options)
     kernel.self_count(x[:2000], eps)  # compile and warm
     sync = (lambda: __import__("cupy").cuda.Device().synchronize()) if backend == "gpu" else (lambda: None)
     best = math.inf
@@ -100,7 +115,7 @@ def main() -> None:
                 if not counts:
                     continue  # every method was over the cap at a smaller d
                 assert len(counts) == 1, f"methods disagree: {cell['counts']}"
-                timed = {m: s for m, s in cell["seconds"].items() if s is not None}
+                timed = {m: s for m, s in cell["seconds"].items() if s is not None and "@" not in m}
                 cell["winner"] = min(timed, key=timed.get)
                 auto = choose_method("auto", d, gpu=gpu)[0]
                 cell["auto"] = auto
@@ -114,6 +129,12 @@ def main() -> None:
     within = sum(c["auto_ratio"] <= 1.25 for c in cells)
     print(f"auto within 1.25x of the best in {within}/{len(cells)} cells")
     for m in methods:
+        if "@" in m:
+            ratios = [c["seconds"][m] / c["seconds"][m.split("@")[0]] for c in cells
+                      if c["seconds"].get(m) and c["seconds"].get(m.split("@")[0])]
+            if ratios:
+                print(f"{m}: {min(ratios):.2f}-{max(ratios):.2f}x the time of {m.split('@')[0]}")
+            continue
         print(f"{m}: best in {sum(c['winner'] == m for c in cells)} cells")
 
 
