@@ -18,9 +18,10 @@ shard() {  # name, pytest arguments...
 }
 sets=tests/test_set_join.py
 pids=()
-shard ann tests/test_gpu.py tests/test_overhead.py tests/test_set_groups.py tests/test_cuda_sources.py & pids+=($!)
-shard registry tests/test_kernel_registry.py tests/test_knn_gpu.py & pids+=($!)
-shard clusters tests/test_gpu_cluster.py tests/test_memory_retry.py & pids+=($!)
+shard ann tests/test_gpu.py tests/test_overhead.py tests/test_set_groups.py tests/test_cuda_sources.py -k "not method_options" & pids+=($!)
+shard options tests/test_gpu.py -k "method_options" & pids+=($!)
+shard registry tests/test_kernel_registry.py tests/test_knn_gpu.py tests/test_work_report.py tests/test_brute_tc_gpu.py & pids+=($!)
+shard clusters tests/test_gpu_cluster.py tests/test_memory_retry.py tests/test_query_shares.py & pids+=($!)
 shard sets-block "$sets" -k "block" & pids+=($!)
 shard sets-thread "$sets" -k "thread" & pids+=($!)
 shard sets-path "$sets" -k "intersect_path" & pids+=($!)

@@ -103,6 +103,25 @@ def test_brute_gpu_large_offsets_and_high_d():
     assert_same_pairs(get_kernel("brute", "gpu").self_join(x32, eps), oracle_self_pairs(x32, eps))
 
 
+@pytest.mark.parametrize("method", ["nlj", "directory"])
+def test_rows_wider_than_shared_memory(method):
+    """d > 6,144: a float64 row no longer fits the 48 KiB a block stages, so nlj and directory read the
+    other side from global memory (their ``staged = 0`` path); duplicates and a pair within an ulp of eps included."""
+    rng = np.random.default_rng(6)
+    d = 6200
+    centres = rng.random((6, d))
+    x = centres[rng.integers(0, 6, 160)] + 0.01 * rng.standard_normal((160, d))
+    x[1] = x[0]  # a duplicate
+    x[3] = x[2]
+    x[3, 7] += 0.5  # within an ulp of eps from x[2]
+    eps = 0.5
+    kernel = get_kernel(method, "gpu")
+    assert getattr(kernel._join(x, None, eps), "staged", True) is False  # the path this test is for
+    assert_same_pairs(kernel.self_join(x, eps), oracle_self_pairs(x, eps), context=f"{method} self")
+    b = x[::3] + 0.001
+    assert_same_pairs(kernel.cross_join(x, b, eps), oracle_cross_pairs(x, b, eps), context=f"{method} cross")
+
+
 def test_brute_gpu_products_below_float32_range():
     """Pairs whose float32 products fall below 2^-126 (CuPy compiles with -ftz=true: they read as 0): the
     filter's norm floor (kernels/exact.NORM_FLOOR) keeps every pair at distance <= eps."""

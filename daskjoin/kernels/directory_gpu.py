@@ -8,7 +8,7 @@ import numpy as np
 from .directory_index import (FANOUT, GROUP, LEVELS, check_shape, directory_dims, fractionated_order, group_boxes, node_boxes,
                               principal_axes, rotated_limit)
 from .exact import eps_squared
-from .gpu_common import cupy, kernel
+from .gpu_common import cupy, kernel, output_args, output_by_counts
 from .gpu_slots import all_pairs, device_runs, slot_batches
 from .grid_gpu import device_bounds, to_device64
 
@@ -76,15 +76,13 @@ class GpuDirectoryJoin:
         cp = cupy()
         u0, u1 = g0 * GROUP, min(self.m, g1 * GROUP)
         counts = cp.zeros(max(u1 - u0, 1), cp.int32)
-        dummy_i, dummy_f = cp.empty(1, cp.int64), cp.empty(1, cp.float32)
-        oi, oj, od = (x if x is not None else dflt for x, dflt in zip(out, (dummy_i, dummy_i, dummy_f)))
         if g1 > g0 and self.x.rows.shape[0]:
             kernel("directory.cu", "directory_join")((g1 - g0,), (GROUP,), (
                 self.q.rows, self.q.bounds, self.q.ids, np.int64(self.m), self.glo, self.ghi, np.int32(GROUP),
                 np.int64(g0), self.x.rows, self.x.ids, self.leaf_start, self.nlo, self.nhi, self.level_at,
                 np.int32(self.levels), np.int32(self.fanout), np.int32(self.d), np.int32(self.tile_rows),
                 np.int32(self.staged), np.int32(self.selfjoin), np.float64(self.eps2), np.float64(self.limit),
-                np.int32(mode), counts, offsets if offsets is not None else dummy_i, oi, oj, od),
+                np.int32(mode), counts, *output_args(offsets, out)),
                 shared_mem=8 * self.tile_rows * self.d if self.staged else 0)
         return counts[: u1 - u0]
 
@@ -99,15 +97,11 @@ class GpuDirectoryJoin:
 
     def _fill(self, u0: int, u1: int, with_distance: bool):
         """Pairs of the queries [u0, u1), u0 a group's first query (runs of slots are cut at groups)."""
-        cp = cupy()
         # whole groups only: a group's queries all run, so each must have its room
         assert u0 % GROUP == 0 and (u1 % GROUP == 0 or u1 == self.m), (u0, u1)
         g0, g1 = u0 // GROUP, -(-u1 // GROUP)
-        offsets = cp.zeros(u1 - u0 + 1, cp.int64)
-        cp.cumsum(self.counts()[u0:u1], dtype=cp.int64, out=offsets[1:])
-        size = int(offsets[-1])
-        out = (cp.empty(size, cp.int64), cp.empty(size, cp.int64), cp.empty(size, cp.float32))
-        if size:
+        offsets, out = output_by_counts(self.counts()[u0:u1])
+        if out[0].shape[0]:
             self._launch(1, g0, g1, offsets, out)
         return out[0], out[1], (out[2] if with_distance else None)
 

@@ -66,6 +66,25 @@ def kernel(name: str, function: str):
     return _module(name, cp.cuda.runtime.getDevice()).get_function(function)
 
 
+def output_args(offsets=None, out=(None, None, None)):
+    """A pair kernel's ``(offsets, oi, oj, od)`` arguments; one-element placeholders where a count pass
+    writes no pairs (``None``)."""
+    cp = cupy()
+    dummy_i, dummy_f = cp.empty(1, cp.int64), cp.empty(1, cp.float32)
+    oi, oj, od = (x if x is not None else dummy for x, dummy in zip(out, (dummy_i, dummy_i, dummy_f)))
+    return (offsets if offsets is not None else dummy_i), oi, oj, od
+
+
+def output_by_counts(counts):
+    """Room for pairs counted per slot: ``(offsets, (oi, oj, od))``, offsets the prefix sum of ``counts``
+    (len + 1, from 0), the arrays as long as the total."""
+    cp = cupy()
+    offsets = cp.zeros(counts.shape[0] + 1, cp.int64)
+    cp.cumsum(counts, dtype=cp.int64, out=offsets[1:])
+    size = int(offsets[-1])
+    return offsets, (cp.empty(size, cp.int64), cp.empty(size, cp.int64), cp.empty(size, cp.float32))
+
+
 def to_host(*arrays, pinned: bool = True):
     """Device arrays to numpy arrays in pinned host memory (None passes through); ``pinned=False``:
     pageable memory.

@@ -18,7 +18,7 @@ import threading
 import numpy as np
 
 from .exact import eps_squared
-from .gpu_common import cupy, device_budget_bytes, kernel, pinned_empty, sorted_to_host, to_host
+from .gpu_common import cupy, device_budget_bytes, kernel, output_args, pinned_empty, sorted_to_host, to_host
 from .grid_index import MAX_CELL_ID, DENSE_CELLS_PER_POINT, PATTERNS, boundary_slack, choose_grid
 from .registry import split_batch, transfer_pairs
 from .shares import point_range
@@ -165,10 +165,6 @@ class GpuGridJoin:
         cp = cupy()
         q, dd = self.query, self.data
         counts = cp.empty(max(hi - lo, 1), cp.int32) if mode != 1 else cp.empty(1, cp.int32)
-        dummy_i = cp.empty(1, cp.int64)
-        dummy_f = cp.empty(1, cp.float32)
-        oi, oj, od = (x if x is not None else d for x, d in zip(out, (dummy_i, dummy_i, dummy_f)))
-        offs = offsets if offsets is not None else dummy_i
         queue = cp.full(1, lo, dtype=cp.uint64)
         if self.work_queue:
             sms = cp.cuda.Device().attributes["MultiProcessorCount"]
@@ -184,7 +180,7 @@ class GpuGridJoin:
             *self._geometry,
             np.float64(self.eps2), np.int32(self._mode), np.int32(self.tpp),
             self.order, queue, np.int32(self.work_queue),
-            np.int32(mode), counts, offs, oi, oj, od, np.int64(lo), np.int64(hi),
+            np.int32(mode), counts, *output_args(offsets, out), np.int64(lo), np.int64(hi),
         )
         if hi > lo:
             kernel("grid.cu", "grid_join")(grid, (BLOCK,), args)

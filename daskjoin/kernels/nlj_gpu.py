@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .exact import eps_squared
-from .gpu_common import cupy, kernel
+from .gpu_common import cupy, kernel, output_args, output_by_counts
 from .gpu_slots import all_pairs, device_runs, slot_batches
 from .grid_gpu import to_device64
 
@@ -35,13 +35,11 @@ class GpuNljJoin:
     def _launch(self, mode: int, q0: int, q1: int, offsets=None, out=(None, None, None)):
         cp = cupy()
         counts = cp.zeros(max(q1 - q0, 1), cp.int32)
-        dummy_i, dummy_f = cp.empty(1, cp.int64), cp.empty(1, cp.float32)
-        oi, oj, od = (x if x is not None else dflt for x, dflt in zip(out, (dummy_i, dummy_i, dummy_f)))
         if q1 > q0 and self.m:  # (d = 0 works too: every pair is at distance 0)
             kernel("nlj.cu", "nlj_join")((-(-(q1 - q0) // BLOCK),), (BLOCK,), (
                 self.a, np.int64(q0), np.int64(q1), self.b, np.int64(self.m), np.int32(self.d),
                 np.int32(self.tile_rows), np.int32(self.staged), np.int32(self.selfjoin), np.float64(self.eps2),
-                np.int32(mode), counts, offsets if offsets is not None else dummy_i, oi, oj, od),
+                np.int32(mode), counts, *output_args(offsets, out)),
                 shared_mem=8 * self.tile_rows * self.d if self.staged else 0)
         return counts[: q1 - q0]
 
@@ -60,12 +58,8 @@ class GpuNljJoin:
         return int(self.counts().sum(dtype=cupy().int64))
 
     def _fill(self, q0: int, q1: int, with_distance: bool):
-        cp = cupy()
-        offsets = cp.zeros(q1 - q0 + 1, cp.int64)
-        cp.cumsum(self.counts()[q0:q1], dtype=cp.int64, out=offsets[1:])
-        size = int(offsets[-1])
-        out = (cp.empty(size, cp.int64), cp.empty(size, cp.int64), cp.empty(size, cp.float32))
-        if size:
+        offsets, out = output_by_counts(self.counts()[q0:q1])
+        if out[0].shape[0]:
             self._launch(1, q0, q1, offsets, out)
         return out[0], out[1], (out[2] if with_distance else None)
 

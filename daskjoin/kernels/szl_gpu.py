@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .exact import eps_squared
-from .gpu_common import cupy, device_budget_bytes, kernel
+from .gpu_common import cupy, device_budget_bytes, kernel, output_args, output_by_counts
 from .gpu_slots import all_pairs, device_runs, slot_batches
 from .grid_gpu import device_bounds, to_device64
 from .szl import SORTED_COPY_BYTES, box_radius, zspec
@@ -88,14 +88,12 @@ class GpuSzlJoin:
     def _walk(self, mode: int, t0: int, t1: int, offsets=None, out=(None, None, None)):
         cp = cupy()
         counts = cp.empty(max(t1 - t0, 1), cp.int32)
-        dummy_i, dummy_f = cp.empty(1, cp.int64), cp.empty(1, cp.float32)
-        oi, oj, od = (x if x is not None else dflt for x, dflt in zip(out, (dummy_i, dummy_i, dummy_f)))
         if t1 > t0 and self.n:
             kernel("szl.cu", "szl_walk")(_blocks(t1 - t0), (BLOCK,), (
                 self.q, self.qrows, np.int64(t0), np.int64(t1), self.rows, np.int32(self.copied), np.int64(self.n),
                 np.int32(self.d), self.perm, self.picked, self.choice, self.first, self.last, self.own,
                 np.int64(self.m), np.int32(self.selfjoin), np.int32(self.swap), np.float64(self.eps2),
-                np.int32(mode), counts, offsets if offsets is not None else dummy_i, oi, oj, od))
+                np.int32(mode), counts, *output_args(offsets, out)))
         else:
             counts[:] = 0
         return counts[: t1 - t0]
@@ -123,10 +121,7 @@ class GpuSzlJoin:
     def _fill(self, t0: int, t1: int, room, exact: bool, with_distance: bool):
         """Pairs of slots [t0, t1) on the device, in slot order."""
         cp = cupy()
-        offsets = cp.zeros(t1 - t0 + 1, cp.int64)
-        cp.cumsum(room[t0:t1], out=offsets[1:])
-        size = int(offsets[-1])
-        out = (cp.empty(size, cp.int64), cp.empty(size, cp.int64), cp.empty(size, cp.float32))
+        offsets, out = output_by_counts(room[t0:t1])
         counts = self._walk(1, t0, t1, offsets, out)
         if not exact:  # compaction: each slot's pairs are the first counts[t] of its room
             counts = counts.astype(cp.int64)
