@@ -49,12 +49,14 @@ def eps_for(x: np.ndarray, k: int, backend: str) -> float:
 
 
 def parse_spec(spec: str) -> tuple[str, dict]:
-    """``NAME@KEY=VALUE;KEY=VALUE`` -> (name, options); values as integers, booleans or words."""
+    """``NAME@KEY=VALUE;KEY=VALUE`` -> (name, options); values read as ``--option`` reads them."""
+    from daskjoin.cli import parse_option_value
+
     name, _, rest = spec.partition("@")
     options = {}
     for item in filter(None, rest.split(";")):
         key, _, value = item.partition("=")
-        options[key] = int(value) if value.lstrip("-").isdigit() else {"true": True, "false": False}.get(value, value)
+        options[key] = parse_option_value(value)
     return name, options
 
 

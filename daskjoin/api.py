@@ -166,7 +166,9 @@ def _plan(checked, *, method, partitioning, backend, client, gpu_options=None, c
     options = ()
     if gpu_options:  # the method follows from d and the backend alone: its options checked before any data pass
         chosen, _ = choose_method(method, src_a.d, gpu=on_gpu)
-        options = tuple(sorted(check_gpu_options("epsilon", chosen, gpu_options).items()))
+        label = "gpu_options" if method == chosen else \
+            f"gpu_options (--option; method 'auto' chose {chosen!r} for {src_a.d}-d rows)"
+        options = tuple(sorted(check_gpu_options("epsilon", chosen, gpu_options, label).items()))
     plan = make_plan(src_a, src_b, eps, method=method, partitioning=partitioning, backend=resolved_backend,
                      memory_budget=budget, runner=ClusterRunner(client), gpu=on_gpu, cluster=cluster_id(client),
                      count_only=count_only, parallelism=parallelism,

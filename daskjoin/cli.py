@@ -13,6 +13,7 @@ import argparse
 import importlib
 import importlib.util
 import os
+import re
 import signal
 import sys
 import threading
@@ -186,11 +187,18 @@ def _method_options(args) -> dict:
     for text in args.options:
         key, sep, value = text.partition("=")
         if not sep or not key or not value:
-            raise InputError(f"--option takes KEY=VALUE (for example --option pattern=unicomp), got {text!r}")
-        low = value.lower()
-        options[key] = (int(value) if value.lstrip("-").isdigit() else
-                        {"true": True, "false": False}.get(low, value))
+            raise InputError(f"--option takes KEY=VALUE: an option of the method, '=' and its value; got {text!r}")
+        if key in options:
+            raise InputError(f"--option {key} is given twice ({options[key]!r} and {value!r}); give it once")
+        options[key] = parse_option_value(value)
     return options
+
+
+def parse_option_value(value: str):
+    """An option's value as typed: an integer (ASCII digits), true/false, or the word itself."""
+    if re.fullmatch(r"[+-]?[0-9]+", value):
+        return int(value)
+    return {"true": True, "false": False}.get(value.lower(), value)
 
 
 def _common(args) -> tuple[dict, dict]:
@@ -298,6 +306,9 @@ def _plan(args) -> int:
         raise InputError("daskjoin plan needs --eps EPS (an ε-join) or --knn K (a kNN-join), not both")
     if args.knn is not None:
         from .cli_knn import plan_knn_command
+
+        if args.options:
+            raise InputError("--option is an option of the ε-join's methods; a kNN-join (--knn) takes none")
 
         return plan_knn_command(args)
 

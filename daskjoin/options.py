@@ -42,16 +42,23 @@ KNN_METHODS = ("grid", "brute", "szl")
 #: kind -> method -> the ``gpu_options`` keys its GPU driver takes -> a checker of the value (None: any)
 GPU_OPTIONS = {
     "epsilon": {  # defaults come from benchmarks/bench_gpu.py
-        "grid": {"threads_per_point": None, "sort_by_workload": None, "work_queue": None, "max_dims": None,
+        "grid": {"threads_per_point": lambda v, label: _int_in(v, label, 1, 32),
+                 "sort_by_workload": lambda v, label: _flag(v, label),
+                 "work_queue": lambda v, label: _flag(v, label),
+                 "max_dims": lambda v, label: _int_in(v, label, 0, 64),
                  "pattern": tuple(GRID_PATTERNS)},
-        "brute": {"tile": None, "batch_bytes": None, "filter": ("auto", "fp32", "int8", "fp16")},
+        "brute": {"tile": lambda v, label: _int_in(v, label, 1, 1 << 16),
+                  "batch_bytes": lambda v, label: _int_in(v, label, 1, 1 << 62),
+                  "filter": ("auto", "fp32", "int8", "fp16")},
         # the method's own options, taken by its CPU driver too (METHOD_OPTIONS)
         "szl": {"shifts": ("uniform", "uniform-logd", "random"), "lists": lambda v, label: _int_in(v, label, 1, 8)},
         "nlj": {},
         "directory": {"levels": lambda v, label: _int_in(v, label, 1, 8),
                       "fanout": lambda v, label: _int_in(v, label, 2, 63), "pca": lambda v, label: _flag(v, label)},
     },
-    "sets": {method: {"verify": tuple(sorted(SET_VERIFY_KERNELS)), "block": None, "chunk_candidates": None}
+    "sets": {method: {"verify": tuple(sorted(SET_VERIFY_KERNELS)),
+                      "block": lambda v, label: _int_in(v, label, 32, 1024),
+                      "chunk_candidates": lambda v, label: _int_in(v, label, 1, 1 << 62)}
              for method in ALGORITHMS},
 }
 def _int_in(value, label: str, lo: int, hi: int) -> int:

@@ -4,6 +4,9 @@ Skipped cleanly where CuPy sees no CUDA device; run with `make gpu-test` (pytest
 """
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from daskjoin.kernels import get_kernel
 from daskjoin.kernels.gpu_common import gpu_available
@@ -22,7 +25,9 @@ GRID_OPTIONS = [
     {"sort_by_workload": True, "work_queue": True},
     {"threads_per_point": 8, "work_queue": True},
     {"pattern": "unicomp"},
+    {"pattern": "unicomp", "threads_per_point": 4},
     {"pattern": "unicomp", "threads_per_point": 4, "sort_by_workload": True},
+    {"pattern": "unicomp", "max_dims": 1},
 ]
 
 
@@ -74,6 +79,20 @@ def test_gpu_method_options_match_oracle(case, method, options):
                       context=f"{method} {options} {case.name} self")
     assert_same_pairs(kernel.cross_join(case.a, _b(case), case.eps), oracle_cross_pairs(case.a, _b(case), case.eps),
                       context=f"{method} {options} {case.name} cross")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=hnp.arrays(np.float64, st.tuples(st.integers(0, 80), st.integers(1, 5)),
+                    elements=st.sampled_from([0.0, 0.2, 0.25, 0.5, 0.7, 0.75, 1.0, 1.0 + 2 ** -52, 1.5, 3.0])),
+    eps=st.sampled_from([0.25, 0.5, 1e-9]),
+    max_dims=st.integers(1, 5),
+    tpp=st.sampled_from([1, 3]),
+)
+def test_gpu_grid_unicomp_property_lattices(data, eps, max_dims, tpp):
+    """UNICOMP on the GPU (its downward scan of the own row's lower cell included) on lattice points."""
+    k = get_kernel("grid", "gpu", pattern="unicomp", max_dims=max_dims, threads_per_point=tpp)
+    assert_same_pairs(k.self_join(data, eps), oracle_self_pairs(data, eps), context="self", a=data, eps=eps)
 
 
 def test_gpu_outputs_are_deterministic():

@@ -61,11 +61,12 @@ def test_single_pass_and_count_fill_agree_and_are_deterministic(monkeypatch):
     assert np.array_equal(first[1][key(first)], other[1][key(other)])
 
 
-@pytest.mark.parametrize("method", ["grid", "brute"])
+@pytest.mark.parametrize("method", ["grid", "grid@unicomp", "brute"])
 @pytest.mark.parametrize("max_pairs", [1, 97, 10**9])
 def test_batches_cover_all_pairs_once(method, max_pairs):
     x = _uniform(1500, 2, seed=7)
-    kernel = get_kernel(method)
+    method, _, pattern = method.partition("@")
+    kernel = get_kernel(method, **({"pattern": pattern} if pattern else {}))
     batches = list(kernel.self_batches(x, 0.05, max_pairs))
     i = np.concatenate([b[0] for b in batches])
     j = np.concatenate([b[1] for b in batches])

@@ -18,8 +18,9 @@ grid.SAMPLE_MIN_BLOCKS = 0          # the single-pass path too
 grid.CAPACITY_SLACK = 0.05          # with overflowing lanes
 for case in CASES[::3]:
     b = case.b if case.b is not None else case.a
-    for method in ("grid", "brute", "szl", "directory"):
-        k = get_kernel(method, "cpu")
+    for method, options in (("grid", {}), ("grid", {"pattern": "unicomp"}), ("brute", {}), ("szl", {}),
+                            ("directory", {})):
+        k = get_kernel(method, "cpu", **options)
         assert_same_pairs(k.self_join(case.a, case.eps), oracle_self_pairs(case.a, case.eps), context=case.name)
         assert_same_pairs(k.cross_join(case.a, b, case.eps), oracle_cross_pairs(case.a, b, case.eps), context=case.name)
 print("ok")

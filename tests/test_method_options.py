@@ -21,6 +21,12 @@ from daskjoin.validation import InputError
     ("directory", {"levels": 4, "fanout": 16}, "below 64"),
     ("directory", {"pca": "yes"}, "pca"),
     ("grid", {"pattern": "gpucalcglobal"}, "lid-unicomp"),
+    ("grid", {"threads_per_point": 0}, "integer from 1 to 32"),
+    ("grid", {"work_queue": "no"}, "True or False"),
+    ("grid", {"sort_by_workload": 1}, "True or False"),
+    ("grid", {"max_dims": "abc"}, "integer from 0 to 64"),
+    ("brute", {"tile": 0}, "integer from 1"),
+    ("brute", {"batch_bytes": -5}, "integer from 1"),
 ])
 def test_bad_method_options_are_refused_before_any_work(method, options, words):
     with pytest.raises(InputError, match=words):
@@ -57,11 +63,11 @@ def test_plan_memory_counts_the_szl_lists():
 
 def test_grid_pattern_reaches_the_cpu_driver_and_changes_only_the_work(monkeypatch):
     """``pattern`` is the grid's own option: it reaches the CPU driver, changes the candidates, not the pairs."""
-    seen = {}
+    seen = []
     original = grid.GridJoin.__init__
 
     def spy(self, a, b, eps, **options):
-        seen.update(options)
+        seen.append(options.get("pattern"))
         original(self, a, b, eps, **options)
 
     monkeypatch.setattr(grid.GridJoin, "__init__", spy)
@@ -69,6 +75,25 @@ def test_grid_pattern_reaches_the_cpu_driver_and_changes_only_the_work(monkeypat
     counts = {p: dj.similarity_join(x, eps=0.02, method="grid", backend="cpu", output="count",
                                     gpu_options={"pattern": p}, client=in_process())
               for p in ("unicomp", "lid-unicomp")}
-    assert seen.get("pattern") == "lid-unicomp" and counts["unicomp"] == counts["lid-unicomp"] > 0
+    assert "unicomp" in seen and "lid-unicomp" in seen and counts["unicomp"] == counts["lid-unicomp"] > 0
     work = {p: dj.profile_work(x, eps=0.02, method="grid", backend="cpu", pattern=p) for p in ("unicomp", "lid-unicomp")}
     assert work["unicomp"].describe() != work["lid-unicomp"].describe()
+
+
+def test_set_join_block_must_be_a_warp_multiple_range():
+    with pytest.raises(InputError, match="integer from 32 to 1024"):
+        check_gpu_options("sets", "ppjoin", {"block": 16})
+
+
+def test_explain_lists_the_options_and_says_which_the_cpu_ignores():
+    x = np.random.default_rng(2).random((2000, 3))
+    text = dj.plan_join(x, eps=0.05, method="grid", backend="cpu", client=in_process(),
+                        gpu_options={"pattern": "unicomp", "threads_per_point": 4}).explain()
+    line = next(s for s in text.splitlines() if s.strip().startswith("options:"))
+    assert "pattern=unicomp," in line and "threads_per_point=4 (GPU only: unused on the CPU)" in line
+
+
+def test_an_option_of_a_method_auto_did_not_choose_names_the_choice():
+    x = np.random.default_rng(3).random((300, 20))  # 20-d: auto picks brute force
+    with pytest.raises(InputError, match="method 'auto' chose 'brute' for 20-d rows"):
+        dj.plan_join(x, eps=0.5, backend="cpu", client=in_process(), gpu_options={"pattern": "unicomp"})

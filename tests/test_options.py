@@ -181,7 +181,7 @@ CLI_BAD = {
                 "--backend must be one of ('auto', 'cpu', 'gpu'), got 'tpu'; omit --backend for the default 'auto'"),
     "budget": (["--memory-budget", "lots"], "--memory-budget must be a size such as '2GB' or a number of bytes"),
     "count-and-out": (["--count", "--out", "OUT"], "--count prints a number and writes nothing: drop --out, or drop --count"),
-    "option": (["--option", "nokey"], "--option takes KEY=VALUE (for example --option pattern=unicomp), got 'nokey'"),
+    "option": (["--option", "nokey"], "--option takes KEY=VALUE: an option of the method, '=' and its value; got 'nokey'"),
 }
 COMMANDS = {"join": ["join", "nope.zarr", "--eps", "0.1"], "setjoin": ["setjoin", "nope.zarr", "--threshold", "0.5"]}
 
@@ -226,3 +226,25 @@ def test_gpu_options_of_the_chosen_method_refused_before_any_data_pass(tmp_path,
     with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as c:
         with pytest.raises(dj.InputError, match=r"\['tile'\] are not options of method 'grid'"):
             dj.similarity_join(x, eps=0.1, gpu_options={"tile": 128}, backend="cpu", client=c)
+
+
+@pytest.mark.parametrize("text, value", [("4", 4), ("-3", -3), ("+2", 2), ("true", True), ("False", False),
+                                         ("unicomp", "unicomp"), ("--5", "--5"), ("\u00b2", "\u00b2"),
+                                         ("\u0663", "\u0663"), ("a=b", "a=b")])
+def test_option_values_are_read_as_typed(text, value):
+    from daskjoin.cli import parse_option_value
+
+    assert parse_option_value(text) == value and type(parse_option_value(text)) is type(value)
+
+
+def test_option_given_twice_or_with_knn_is_refused():
+    from daskjoin.cli import _parser
+
+    args = _parser().parse_args(["join", "p.zarr", "--eps", "1", "--count", "--option", "lists=2", "--option", "lists=3"])
+    from daskjoin.cli import _method_options
+
+    with pytest.raises(dj.InputError, match="--option lists is given twice"):
+        _method_options(args)
+    args = _parser().parse_args(["plan", "p.zarr", "--knn", "3", "--option", "lists=2"])
+    with pytest.raises(dj.InputError, match="a kNN-join \\(--knn\\) takes none"):
+        args.handler(args)

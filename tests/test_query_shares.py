@@ -36,9 +36,9 @@ def _expected(name: str, mode: str):
     return oracle_self_pairs(case.a, case.eps) if mode == "self" else oracle_cross_pairs(case.a, _B[name], case.eps)
 
 
-def _joined(backend, a, b, eps, parts, *, batches=None, method="grid"):
+def _joined(backend, a, b, eps, parts, *, batches=None, method="grid", **options):
     """The shares' pairs concatenated, and their counts summed."""
-    k = get_kernel(method, backend)
+    k = get_kernel(method, backend, **options)
     got, count = [], 0
     for s in range(parts):
         share = (s, parts)
@@ -79,6 +79,21 @@ def test_shares_of_skewed_data_in_bounded_batches(backend):
         got, count = _joined(backend, x, None, eps, parts, batches=500)
         assert_same_pairs(got, expected, context=f"skewed/{parts} shares", a=x, eps=eps)
         assert count == len(expected[0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unicomp_shares_partition_the_pairs(backend):
+    """The grid's UNICOMP pattern under query shares, whole and in batches small enough to cut single cells."""
+    for case in CASES[::2]:
+        expected = _expected(case.name, "self")
+        for parts, batches in ((2, None), (3, None), (3, 64)):
+            got, count = _joined(backend, case.a, None, case.eps, parts, batches=batches, pattern="unicomp")
+            assert_same_pairs(got, expected, context=f"{case.name}/{parts} shares/{batches}", a=case.a, eps=case.eps)
+            assert count == len(expected[0])
+    rng = np.random.default_rng(4)
+    x = np.concatenate([rng.random((2000, 3)), rng.normal(0.3, 0.004, (700, 3)), np.repeat(rng.random((5, 3)), 20, 0)])
+    got, count = _joined(backend, x, None, 0.03, 4, batches=500, pattern="unicomp")
+    assert_same_pairs(got, oracle_self_pairs(x, 0.03), context="skewed, unicomp", a=x, eps=0.03)
 
 
 def test_share_tags_say_what_cut_the_shares():

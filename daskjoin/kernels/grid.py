@@ -396,6 +396,8 @@ class GridJoin:
         (:mod:`.shares`: runs of query cells of about equal work; the shares partition the pairs).
         ``pattern``: the self-join's cell access pattern, a key of :data:`PATTERNS`."""
         self.selfjoin = b is None
+        if pattern not in PATTERNS:
+            raise ValueError(f"pattern must be one of {tuple(PATTERNS)}, got {pattern!r}")
         self._mode = PATTERNS[pattern] if self.selfjoin else 0
         parts = [x for x in (a, b) if x is not None and x.shape[0]]
         if parts:

@@ -135,6 +135,8 @@ class GpuGridJoin:
         ``pattern``: the self-join's cell access pattern (:data:`.grid_index.PATTERNS`)."""
         cp = cupy()
         self.selfjoin = b is None
+        if pattern not in PATTERNS:
+            raise ValueError(f"pattern must be one of {tuple(PATTERNS)}, got {pattern!r}")
         self._mode = PATTERNS[pattern] if self.selfjoin else 0
         a = to_device64(a)
         b = None if b is None else to_device64(b)

@@ -125,7 +125,12 @@ class Plan:
             + (": a count holds no pairs" if self.count_only else ""),
         ]
         if self.gpu_options:
-            lines.append("  options:       " + ", ".join(f"{k}={v}" for k, v in self.gpu_options))
+            from ..options import METHOD_OPTIONS
+
+            own = METHOD_OPTIONS["epsilon"].get(self.method, ())
+            lines.append("  options:       " + ", ".join(
+                f"{k}={v}" + ("" if k in own or self.backend != "cpu" else " (GPU only: unused on the CPU)")
+                for k, v in self.gpu_options))
         if self.method == "brute" and self.backend != "cpu":
             from .cost import choose_filter
 

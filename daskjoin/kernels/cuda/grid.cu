@@ -71,8 +71,8 @@ __device__ __forceinline__ void emit(Emit& e, i64 b, double d2) {
     e.count += 1;
 }
 
-// Scan [b0, b1) forwards (step 1, stop when the last indexed coordinate is out of reach
-// above when `check`), or (b0 > b1) from b0 - 1 down to b1.
+// Scan from `from` to `to` (exclusive) by `step`: forwards over [from, to), or (step -1) downwards from
+// `from` to `to` + 1; when `check`, stop once the last indexed coordinate is out of reach.
 __device__ __forceinline__ void scan(Emit& e, const double* __restrict__ pa, const double* __restrict__ dpts,
                                      i64 from, i64 to, int step, int check, int last_dim, double xa,
                                      double reach2, int d, double eps2) {
