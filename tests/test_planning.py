@@ -26,7 +26,7 @@ from daskjoin.planning.bounds import block_stats, box_d2
 from daskjoin.planning.chunk_pairs import block_rows_for, plan_block_pairs
 from daskjoin.planning.estimate import estimate_pairs
 from daskjoin.planning.plan import PAIR_BYTES, row_bytes
-from daskjoin.planning.slabs import plan_slabs, reach, split_dimension
+from daskjoin.planning.slabs import owner_rows, plan_slabs, reach, split_dimension, work_cuts
 from daskjoin.planning.sorted_copy import KEY_STRIDE, SortedCopy, sort_in_memory
 from joinhelpers import budget_for_tasks, check_frame, frame_triple, oracle, write_zarr
 from oracle import (assert_same_pairs, oracle_cross_count, oracle_cross_pairs, oracle_self_count, oracle_self_pairs,
@@ -310,6 +310,48 @@ def test_slabs_cover_every_pair_once(mode, rows):
         assert all(x[1] == y[0] for x, y in zip(starts, starts[1:]))
         assert all(p.self_part for p in parts)
     _assert_partitions_exact(sa, sb, parts, eps, a, None if mode == "self" else b, context=f"rows={rows}")
+
+
+@pytest.mark.parametrize("mode", ["self", "cross"])
+def test_work_sized_slabs_cover_every_pair_once_and_follow_the_work(mode):
+    """Slabs cut by where the sampled pairs lie (exponential data: dense near 0) tile the sorted rows, give
+    every pair once, and are thinner where the pairs are dense."""
+    rng = np.random.default_rng(21)
+    a = rng.exponential(0.05, (6000, 2))
+    a[:40] = a[40:80]  # duplicate keys
+    b = rng.exponential(0.05, (3000, 2))
+    eps = 0.01
+    dim = 0
+    sa = sort_in_memory(MemorySource(a), dim)
+    sb = None if mode == "self" else sort_in_memory(MemorySource(b), dim)
+    sample = np.arange(0, len(a), 3)
+    if mode == "self":
+        i, j = oracle_self_pairs(a[sample], eps)[:2]
+        owners = owner_rows(sa, a[sample][i, dim], a[sample][j, dim])
+    else:
+        i, j = oracle_cross_pairs(a[sample], b[::3], eps)[:2]
+        owners = owner_rows(sa, a[sample][i, dim], None)
+    cuts = work_cuts(len(a), 600, owners, 1e6, 1e12, 100.0)
+    assert cuts[0] == 0 and cuts[-1] == len(a) and np.all(np.diff(cuts) > 0)
+    rows = np.diff(cuts)
+    assert 2 * rows[0] < rows[:-1].max()  # the dense end (small keys) is cut thinner than the sparse end
+    parts = plan_slabs(sa, sb, eps, 600, 1e6, cuts, owners)
+    if mode == "self":
+        assert [p.a for p in parts] == list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
+    est = [p.est_pairs for p in parts]
+    assert abs(sum(est) - 1e6) < 1e-3 * 1e6  # the estimate is spread, not lost or doubled
+    _assert_partitions_exact(sa, sb, parts, eps, a, None if mode == "self" else b, context=mode)
+
+
+def test_work_cuts_keep_each_slab_within_the_budget_and_fall_back_to_rows():
+    owners = np.repeat(np.array([10, 5000, 9000]), [900, 50, 50])  # most pairs owned near row 10
+    cuts = work_cuts(10000, 1000, owners, 1e6, budget=1e5 * PAIR_BYTES + 1000 * 10.0, bytes_per_row=10.0)
+    rows = np.diff(cuts)
+    for s, e in zip(cuts[:-1], cuts[1:]):
+        held = 1e6 / len(owners) * (np.searchsorted(np.sort(owners), e) - np.searchsorted(np.sort(owners), s))
+        assert (e - s) * 10.0 + held * PAIR_BYTES <= 1e5 * PAIR_BYTES + 1000 * 10.0 or e - s == 1
+    assert rows.min() >= 1 and cuts[-1] == 10000
+    np.testing.assert_array_equal(work_cuts(2500, 1000, None, 1e6, 1e12, 10.0), [0, 1000, 2000, 2500])
 
 
 def test_slabs_thinner_than_eps_on_lattice_ties():

@@ -25,7 +25,7 @@ from .chunk_pairs import block_rows_for, plan_block_pairs
 from ..kernels import SHARE_METHODS, resolve_backend
 from .estimate import estimate_pairs
 from .plan import PAIR_BYTES, Partition, Plan, PlanStep, fmt_bytes, row_bytes
-from .slabs import plan_slabs, slab_rows_for, split_dimension
+from .slabs import owner_rows, plan_slabs, slab_rows_for, split_dimension, work_cuts
 from .sorted_copy import SortedCopy, open_sorted, sort_in_memory, sorted_copy_exists
 
 PARTITIONINGS = ("auto", "chunk_pairs", "slabs")
@@ -160,6 +160,21 @@ def _statistics(name: str, source: Source, runner, fingerprint: str | None, step
     return stats
 
 
+def _slab_owners(sorted_a, stats_a, stats_b, pair_rows, dim: int):
+    """The sorted rows owning the sample's pairs (:func:`.slabs.owner_rows`), None where no pairs were listed."""
+    if pair_rows is None or not len(pair_rows[0]) or not hasattr(sorted_a, "key_index"):
+        return None
+
+    def keys(stats, rows):
+        order = np.argsort(stats.sample_rows, kind="stable")
+        at = np.searchsorted(stats.sample_rows, rows, sorter=order)
+        return stats.sample[order[np.minimum(at, len(order) - 1)], dim]
+
+    if stats_b is None:
+        return owner_rows(sorted_a, keys(stats_a, pair_rows[0]), keys(stats_a, pair_rows[1]))
+    return owner_rows(sorted_a, keys(stats_a, pair_rows[0]), None)
+
+
 def _sorted_step(name: str, source: Source, dim: int, stats, runner, budget: int, fingerprint: str | None,
                  steps: list):
     start = time.perf_counter()
@@ -259,8 +274,12 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         if split > 1 and fewer < slab_rows:  # twice the workers: slabs differ in work where data are skewed along the key
             slab_rows = fewer
             reason += f"; at least {2 * split} slabs so that {parallelism} workers share them"
-        parts = plan_slabs(reader_a, reader_b, eps, slab_rows, est.upper)
-        reason += f"; split on dimension {dim}"
+        owners = _slab_owners(reader_a, stats_a, stats_b, est.pair_rows, dim)
+        cuts = work_cuts(n_a, slab_rows, owners, est.upper, memory_budget, 2 * row_bytes(a.d, 8, chosen_method),
+                         held=not count_only)
+        parts = plan_slabs(reader_a, reader_b, eps, slab_rows, est.upper, cuts, owners)
+        reason += f"; split on dimension {dim}" + ("; slabs cut by estimated work (rows and sampled pairs)"
+                                                   if owners is not None else "")
     if not parts:
         parts = (Partition(0, (0, 0), None, True, 0.0),)
     plan = Plan(
