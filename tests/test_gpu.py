@@ -224,7 +224,7 @@ def test_gpu_task_frees_memory_and_raises(monkeypatch):
 
 
 @pytest.mark.parametrize("partitioning", ["chunk_pairs", "slabs"])
-@pytest.mark.parametrize("method", ["grid", "brute"])
+@pytest.mark.parametrize("method", ["grid", "brute", "szl", "nlj", "directory"])
 def test_gpu_backend_through_the_api_matches_oracle(partitioning, method, tmp_path):
     """Plan -> Dask graph -> GPU kernels, several partitions, Zarr input and Parquet output."""
     import pandas as pd
@@ -259,7 +259,7 @@ def test_gpu_backend_through_the_api_matches_oracle(partitioning, method, tmp_pa
         assert_same_pairs((back.i.to_numpy(), back.j.to_numpy(), back.dist.to_numpy()), expected)
 
 
-@pytest.mark.parametrize("method", ["grid", "brute"])
+@pytest.mark.parametrize("method", ["grid", "brute", "szl", "nlj", "directory"])
 def test_cpu_and_gpu_tasks_of_one_plan_write_identical_bytes(tmp_path, method):
     """A part file's bytes depend on its pair set only: a task retried on the other kind of worker writes the same file."""
     import dask
