@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .chunk_pairs import PRIOR_PAIRS  # a slab's estimate blends its sampled pairs and row share alike
 from .plan import PAIR_BYTES, Partition, row_bytes
 from .sorted_copy import KEY_STRIDE, SortedCopy
 
@@ -34,9 +35,6 @@ def slab_rows_for(budget: int, n_a: int, n_b: int, d: int, pairs_upper: float, m
     return int(max(1, min(n_a, budget // max(1.0, per_row))))
 
 
-#: a slab's estimate blends its sampled pairs with its row share, the share weighing as much as this many
-#: sampled pairs (as ``chunk_pairs.PRIOR_PAIRS``)
-PRIOR_PAIRS = 4.0
 #: the work of a row (its reading and indexing) in pairs, beside the pairs it owns, when slabs are cut by work
 ROW_WORK = 1.0
 
