@@ -346,3 +346,17 @@ def case_by_name(name: str) -> Case:
         if c.name == name:
             return c
     raise KeyError(name)
+
+
+#: radii of the lattice property tests: the lattice's own spacings, so pairs fall at exactly eps across cell faces
+LATTICE_EPS = (0.25, 0.5, 1e-9)
+
+
+def lattice_points(max_rows: int = 80, max_d: int = 5):
+    """A hypothesis strategy: up to ``max_rows`` points of 1 to ``max_d`` dims on a coarse lattice (duplicates,
+    coordinates on cell faces, one ulp above 1)."""
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+
+    return hnp.arrays(np.float64, st.tuples(st.integers(0, max_rows), st.integers(1, max_d)),
+                      elements=st.sampled_from([0.0, 0.2, 0.25, 0.5, 0.7, 0.75, 1.0, 1.0 + 2 ** -52, 1.5, 3.0]))

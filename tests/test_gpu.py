@@ -6,12 +6,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 
 from daskjoin.kernels import get_kernel
 from daskjoin.kernels.gpu_common import gpu_available
 
-from cases import CASES
+from cases import CASES, LATTICE_EPS, lattice_points
 from oracle import assert_same_pairs, oracle_cross_pairs, oracle_self_pairs
 
 pytestmark = [
@@ -83,9 +82,8 @@ def test_gpu_method_options_match_oracle(case, method, options):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    data=hnp.arrays(np.float64, st.tuples(st.integers(0, 80), st.integers(1, 5)),
-                    elements=st.sampled_from([0.0, 0.2, 0.25, 0.5, 0.7, 0.75, 1.0, 1.0 + 2 ** -52, 1.5, 3.0])),
-    eps=st.sampled_from([0.25, 0.5, 1e-9]),
+    data=lattice_points(),
+    eps=st.sampled_from(LATTICE_EPS),
     max_dims=st.integers(1, 5),
     tpp=st.sampled_from([1, 3]),
 )

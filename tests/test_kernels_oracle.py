@@ -20,7 +20,7 @@ from hypothesis.extra import numpy as hnp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cases import CASES, Case  # noqa: E402
+from cases import CASES, LATTICE_EPS, Case, lattice_points  # noqa: E402
 from oracle import assert_same_pairs, oracle_cross_pairs, oracle_self_pairs, pair_set  # noqa: E402
 
 from daskjoin.kernels import get_kernel  # noqa: E402
@@ -187,9 +187,8 @@ def test_method_options_match_oracle(method, options, case):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    data=hnp.arrays(np.float64, st.tuples(st.integers(0, 80), st.integers(1, 5)),
-                    elements=st.sampled_from([0.0, 0.2, 0.25, 0.5, 0.7, 0.75, 1.0, 1.0 + 2 ** -52, 1.5, 3.0])),
-    eps=st.sampled_from([0.25, 0.5, 1e-9]),
+    data=lattice_points(),
+    eps=st.sampled_from(LATTICE_EPS),
     max_dims=st.integers(1, 5),
 )
 def test_grid_unicomp_property_lattices(data, eps, max_dims):
