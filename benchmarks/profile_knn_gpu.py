@@ -23,6 +23,7 @@ def main(argv=None):
     p.add_argument("--k", type=int, default=16)
     p.add_argument("--method", default="grid")
     p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--filter", default=None, help="brute's filter: auto, fp32, fp16, int8 (default: the driver's)")
     p.add_argument("--out-json", default=None)
     args = p.parse_args(argv)
 
@@ -35,7 +36,8 @@ def main(argv=None):
 
     x = generate("uniform" if args.d <= 6 else "clusters", args.n, args.d, seed=0)
     ids = np.arange(len(x), dtype=np.int64)
-    make("knn", args.method, "gpu", x[:3000], args.k, 0).rows(x[:3000], ids[:3000], True)  # compile / warm
+    options = {} if args.filter is None else {"filter": args.filter}
+    make("knn", args.method, "gpu", x[:3000], args.k, 0, **options).rows(x[:3000], ids[:3000], True)  # compile / warm
 
     def timed(fn):
         cp.cuda.Device().synchronize()
@@ -47,7 +49,7 @@ def main(argv=None):
     best: dict[str, float] = {}
     for _ in range(args.repeat):
         steps = {}
-        steps["build driver (index, upload)"], driver = timed(lambda: make("knn", args.method, "gpu", x, args.k, 0))
+        steps["build driver (index, upload)"], driver = timed(lambda: make("knn", args.method, "gpu", x, args.k, 0, **options))
         steps["queries to the device"], q = timed(lambda: cp.ascontiguousarray(cp.asarray(x, dtype=cp.float64)))
         dev_ids = cp.asarray(ids)
         hd, hj = cp.full((len(x), args.k), cp.inf), cp.full((len(x), args.k), NO_ID, dtype=cp.int64)
@@ -64,7 +66,8 @@ def main(argv=None):
         print(f"{name:<34} {t:8.4f} s", flush=True)
     if args.out_json:
         with open(args.out_json, "w") as f:
-            json.dump({"n": args.n, "d": args.d, "k": args.k, "method": args.method, "best_seconds": best}, f, indent=1)
+            json.dump({"n": args.n, "d": args.d, "k": args.k, "method": args.method, "filter": args.filter,
+                       "best_seconds": best}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -176,6 +176,36 @@ def _spread(x, centre, step: int = 1 << 16) -> float:
     return max((float(cp.abs(x[r0:r0 + step] - centre).max()) for r0 in range(0, x.shape[0], step)), default=0.0)
 
 
+def listed_candidates(launch, npairs: int, room: int, per_pair: bool = False):
+    """The tensor-core filter's candidates of tile pairs ``[0, npairs)``, a range at a time.
+
+    ``launch(lo, hi, listed, room, cand, cand_pair)`` runs the filter over tile pairs ``[lo, hi)`` into
+    lists of ``room`` entries.  Yields ``(cand, cand_pair, count, room)`` for each range whose candidates
+    all fit, with the room to try next: at most ``CANDIDATES_MAX`` candidates at a time (a range with
+    more is halved; a launch that overflowed its lists is rerun with room for all).
+    """
+    cp = cupy()
+    ranges = [(0, int(npairs), 0)]  # (first, end, room needed: 0 when not yet known)
+    while ranges:
+        lo, hi, need = ranges.pop()
+        size = max(1, need or min(room, CANDIDATES_MAX))
+        listed = cp.zeros(1, cp.uint64)
+        cand = cp.empty((size, 2), cp.int32)
+        cand_pair = cp.empty(size, cp.int32) if per_pair else None
+        launch(lo, hi, listed, size, cand, cand_pair)
+        count = int(listed.get()[0])
+        if count > size:  # rerun with room for all, or in halves past the cap
+            del cand, cand_pair
+            if count > CANDIDATES_MAX and hi - lo > 1:
+                mid = (lo + hi) // 2
+                ranges += [(mid, hi, 0), (lo, mid, 0)]
+            else:  # one tile pair has at most TC_TILE^2 candidates: listed whole, past the cap
+                ranges.append((lo, hi, count))
+            continue
+        room = max(1 << 20, min(CANDIDATES_MAX, int(count * 1.5)))
+        yield cand, cand_pair, count, room
+
+
 class GpuBruteJoin:
     """A prepared GPU brute-force join; pairs on the host, in original row ids.
 
@@ -312,39 +342,25 @@ class GpuBruteJoin:
     def _filter_tc(self, P, Q, pair_counts, counter, capacity, oi, oj, od) -> int:
         """The tensor-core filter over tile pairs (P[k], Q[k]), then the float64 decision of its candidates.
 
-        Candidates of a range are listed on the device (at most ``CANDIDATES_MAX`` at a time: a range
-        with more is halved, a launch that overflowed its list is rerun with room for all) and
-        decided by ``brute_tc_exact_*``, which appends accepted pairs as ``brute_filter`` does.
+        Candidates of a range are listed on the device (:func:`listed_candidates`) and decided by
+        ``brute_tc_exact_*``, which appends accepted pairs as ``brute_filter`` does.
         """
-        cp = cupy()
         xa, rowbytes = self.A.tc[:2]
         xb = self.B.tc[0]
         (qa, ra), (qb, rb) = self.bounds_a, self.bounds_b
         per_pair = pair_counts is not None
         product = tc_kernel(f"brute_tc_{'i8' if self.filter == 'int8' else 'f16'}")
         decide = kernel("brute_tc.cu", f"brute_tc_exact_{'f32' if self.A.points.dtype == np.float32 else 'f64'}")
-        ranges = [(0, int(P.shape[0]), 0)]  # (first, end, room needed: 0 when not yet known)
-        while ranges:
-            lo, hi, need = ranges.pop()
-            room = max(1, need or min(self._candidates, CANDIDATES_MAX))
-            listed = cp.zeros(1, cp.uint64)
-            cand = cp.empty((room, 2), cp.int32)
-            cand_pair = cp.empty(room, cp.int32) if per_pair else None
+
+        def launch(lo, hi, listed, room, cand, cand_pair):
             product((-(-(hi - lo) // TC_PAIRS_PER_BLOCK),), (BLOCK,), (
                 xa, xb, np.int32(rowbytes), P[lo:hi], Q[lo:hi], np.int64(hi - lo), np.int64(self.A.n), np.int64(self.B.n),
                 qa, qb, ra, rb, np.int32(self.selfjoin), np.int32(lo), listed, np.int64(room), cand,
                 cand_pair if per_pair else np.uint64(0),
             ), shared_mem=TC_SMEM_BYTES)
-            count = int(listed.get()[0])
-            if count > room:  # rerun with room for all, or in halves past the cap
-                del cand, cand_pair
-                if count > CANDIDATES_MAX and hi - lo > 1:
-                    mid = (lo + hi) // 2
-                    ranges += [(mid, hi, 0), (lo, mid, 0)]
-                else:  # one tile pair has at most TC_TILE^2 candidates: listed whole, past the cap
-                    ranges.append((lo, hi, count))
-                continue
-            self._candidates = max(1 << 20, min(CANDIDATES_MAX, int(count * 1.5)))
+
+        for cand, cand_pair, count, self._candidates in listed_candidates(launch, int(P.shape[0]), self._candidates,
+                                                                          per_pair):
             if count:
                 blocks = int(min(-(-count // BLOCK), 1 << 16))
                 decide((blocks,), (BLOCK,), (

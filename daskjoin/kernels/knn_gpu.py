@@ -24,6 +24,8 @@ TILE_BYTES = 32 * 1024
 #: the GEMM-form brute force: queries per product tile (threads of the filter) and the tile's bytes at most
 GEMM_QUERIES = 1 << 18
 GEMM_TILE_BYTES = 2 << 30
+#: the brute driver's filters (``KnnBruteGpu``)
+FILTERS = ("auto", "fp32", "fp16", "int8")
 
 
 def _launch(name: str, m: int, args, shared: int = 0) -> None:
@@ -107,18 +109,29 @@ class _ScanDriver:
 class KnnBruteGpu(_ScanDriver):
     """``brute`` on the GPU: every row of the block against every query, one thread per query."""
 
-    def __init__(self, data, k: int, first_id: int = 0):
+    def __init__(self, data, k: int, first_id: int = 0, filter: str = "auto"):
+        """``filter``: "fp16" or "int8" (the tensor cores, :mod:`.knn_tc`), "fp32" (the float32 GEMM of
+        :mod:`.knn_gemm`), or "auto" (the tensor cores from ``knn_tc.TC_FROM_D`` dimensions: never, as
+        measured).  Where the
+        tensor cores are not asked for or the grid cannot hold the data, the GEMM runs from ``GEMM_MIN_D``
+        dimensions and the direct search below.  Every filter gives the same lists."""
         import os
 
         from .knn_gemm import GEMM_MIN_D, Shifted, box_centre
+        from .knn_tc import TC_FROM_D, TcSearch
 
+        if filter not in FILTERS:
+            raise ValueError(f"kNN brute filter must be one of {FILTERS}, got {filter!r}")
         cp = cupy()
         self.data = cp.ascontiguousarray(cp.asarray(data, dtype=cp.float64))
         self.k, self.first_id = int(k), int(first_id)
         n, d = self.data.shape if self.data.ndim == 2 else (0, 0)
         self.n = int(n)
-        self.gemm = None
-        if n and d >= GEMM_MIN_D:  # float32 products filter the rows first (kernels/knn_gemm.py)
+        self.gemm = self.tc = None
+        if n and (filter in ("fp16", "int8") or (filter == "auto" and TC_FROM_D is not None and d >= TC_FROM_D)):
+            tc = TcSearch(self.data, "auto" if filter == "auto" else filter)
+            self.tc = tc if tc.usable else None
+        if self.tc is None and n and d >= GEMM_MIN_D:  # float32 products filter the rows (kernels/knn_gemm.py)
             if os.environ.get("CUPY_TF32", "0") not in ("", "0"):
                 raise RuntimeError("CUPY_TF32 is set: TF32 products break the kNN filter's error bound; unset it")
             self.centre = box_centre(self.data, cp)
@@ -133,6 +146,9 @@ class KnnBruteGpu(_ScanDriver):
         q = cp.ascontiguousarray(cp.asarray(queries, dtype=cp.float64))
         ids = cp.asarray(np.ascontiguousarray(query_ids, np.int64))
         d = int(q.shape[1])
+        if self.tc is not None:
+            self.tc.search(q, ids, hd, hj, self.first_id, exclude_self, self.k)
+            return
         if self.gemm is not None:
             from .knn_gemm import Shifted
 
@@ -144,7 +160,6 @@ class KnnBruteGpu(_ScanDriver):
         _launch("knn_brute", m, (q, ids, np.int32(m), self.data, np.int64(n), np.int32(d), np.int64(self.first_id),
                                  np.int32(bool(exclude_self)), hd, hj, np.int32(self.k), np.int32(tile)),
                 shared=tile * d * 8)
-
 
     def _run_gemm(self, q, shifted, ids, hd, hj, exclude_self: bool) -> None:
         """The GEMM-form search: float32 product tiles (cuBLAS), then the filter and exact decisions."""

@@ -55,6 +55,23 @@ extern "C" __global__ void brute_filter(
     }
 }
 
+// The gap between the boxes of tiles p0 + r and q, squared and summed in dimension order in float64, for
+// r < rows, q < nq: out[r * nq + q].  Rounding is monotone, so it is at most the float64 value of any pair
+// of rows inside the boxes (the kNN filter's pruning, kernels/knn_tc.py).
+extern "C" __global__ void tile_box_d2(const double* __restrict__ alo, const double* __restrict__ ahi,
+                                       const double* __restrict__ blo, const double* __restrict__ bhi, i64 p0,
+                                       i64 rows, i64 nq, int d, double* __restrict__ out) {
+    const i64 k = blockIdx.x * (i64)blockDim.x + threadIdx.x;
+    if (k >= rows * nq) return;
+    const i64 p = p0 + k / nq, q = k % nq;
+    double total = 0.0;
+    for (int m = 0; m < d; ++m) {
+        const double gap = fmax(fmax(__dsub_rn(blo[q * d + m], ahi[p * d + m]), __dsub_rn(alo[p * d + m], bhi[q * d + m])), 0.0);
+        total = __dadd_rn(total, __dmul_rn(gap, gap));
+    }
+    out[k] = total;
+}
+
 // Which tile pairs (p0 + r, q), r < rows, q < nq, may hold a pair: near[r * nq + q] = 1 where the gap between
 // their boxes, squared and summed in dimension order in float64, is at most eps2 (self-join: q >= p only).
 // The sum only grows, so it stops once past eps2.  One thread per tile pair: the boxes of every tile of the

@@ -107,6 +107,38 @@ extern "C" __global__ void knn_gemm_filter(const float* G, int mq, int nt, const
     }
 }
 
+// The tensor-core filter's candidates (kernels/knn_tc.py), a thread each: the float64 value of candidate
+// (query a, data row b), both rows in their locality order, or -1 once past the query's root as it stood at
+// launch (the root only shrinks: such a row can never enter).  All candidates in parallel: a thread per query
+// would wait on its longest list.
+extern "C" __global__ void knn_tc_distances(const int2* cand, long long count, const long long* qperm,
+                                            const double* Qp, const double* Xp, int d, const double* HD, int k,
+                                            double* out) {
+    const long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (c >= count) return;
+    const int2 ab = cand[c];
+    out[c] = bounded_d2(Qp + (size_t)ab.x * d, Xp + (size_t)ab.y * d, d, HD[(size_t)qperm[ab.x] * k]);
+}
+
+// Those within their root, sorted by query: query a (its list `qperm[a]`) offers rows cand[seg[a]..seg[a+1]).y
+// with their values, as knn_gemm_filter does.  A thread per query: no two threads share a list.
+extern "C" __global__ void knn_tc_offer(const int2* cand, const double* value, const long long* seg, long long mq,
+                                        const long long* qperm, const long long* qids, const long long* xperm,
+                                        long long first_id, int exclude, double* HD, long long* HJ, int k) {
+    const long long a = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (a >= mq) return;
+    const long long s = seg[a], e = seg[a + 1];
+    if (s == e) return;
+    const long long t = qperm[a];
+    double* hd = HD + (size_t)t * k;
+    long long* hj = HJ + (size_t)t * k;
+    const long long qid = qids[t];
+    for (long long c = s; c < e; ++c) {
+        const long long jid = first_id + xperm[cand[c].y];
+        if (!(exclude && jid == qid)) offer(hd, hj, k, value[c], jid);
+    }
+}
+
 // ------------------------------------------------------------------ grid
 
 struct Grid {

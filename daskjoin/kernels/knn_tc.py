@@ -1,0 +1,184 @@
+"""kNN ``brute`` on the tensor cores: the ε-join's integer-grid filter with a reach per query.
+
+The data block and the queries are each put in locality order and cut into tiles of 128 rows
+(:class:`~.brute_gpu._Side`), and quantised on one integer grid (:mod:`.tc_quant`: centre and
+scale from the data, the queries' residuals ``u`` measured per row, clipped or not).  Then two passes
+over tile pairs (query tile, data tile), each through ``cuda/brute_tc.cu``'s filter, whose candidates
+are decided exactly in float64 (``knn_tc_distances``, a thread a candidate: the direct driver's
+``bounded_d2``, stopped past the query's root), and those within their root sorted by query and offered
+(``knn_tc_offer``: the direct driver's ``offer``, ties by the smaller ``j``):
+
+1. each query tile against the ``C`` data tiles whose boxes are nearest it, ``C * 128 >= k + 2``
+   rows, every pair a candidate: every list fills, and its root (its k-th float64 value) bounds the
+   query's k nearest;
+2. through the filter with ``r_a >= reach0(root_a) + u_a`` and ``r_b >= u_b``, the roots read afresh
+   before each range (they only shrink): first the next ``RING * C`` nearest data tiles of each query
+   tile (the roots tighten), then every other tile pair whose box distance (``tile_box_d2``) is at most
+   the largest root of its query tile.
+
+Why nothing is lost.  A row x can enter query a's list only if its float64 value ``s <= root_a``
+(ties by ``j``).  Box pruning: ``tile_box_d2`` sums rounded gaps that are at most the rounded
+differences of any two rows inside the boxes, in the same order and rounding as ``s``, so it is at most
+``s``; a tile pair above every root of its query tile holds no row that can enter.  The filter: with
+``e = sqrt(root_a) (1 + 1e-12)``, ``fl(e^2) >= root_a >= s``, so x is a pair of the ε-rule at ``eps = e``
+and ``|q_a - q_x| <= reach0(e) + u_a + u_x`` (tc_quant's proof, which holds for any row whose residual is
+measured, clipped or not): the filter keeps it.  Pass 1 decides its pairs exactly and pass 2 skips
+them, and pass 2's second part skips its first part's tiles, so no row is offered twice.  A self-join's
+queries are the data's own rows (found equal on the device): they reuse its order and grid rows.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import tc_quant
+from .brute_gpu import (BLOCK, TC_PAIRS_PER_BLOCK, TC_SMEM_BYTES, TC_TILE, _Side, _spread, _tc_rows,
+                        fp16_products_exact, listed_candidates, tc_kernel)
+from .gpu_common import cupy, kernel
+
+#: ``filter="auto"``: the tensor cores from this many dimensions (None: never), the float32 GEMM below
+#: (bench_knn_filters.py on an H100; the figures and why: docs/knn.md)
+TC_FROM_D = 64
+#: pass 2 first takes the next RING * C nearest data tiles of each query tile (C: pass 1's), which tightens
+#: the roots before the rest: at 1M x 64 clustered, pass 1's roots let ~1,000 candidates a query through
+RING = 3
+#: bytes of tile-pair box distances formed at once
+BOX_BYTES = 256 << 20
+
+
+def choose_filter(fmt: str, d: int) -> str:
+    """The format ("fp16" or "int8") for ``fmt`` ("fp16", "int8" or "auto": fp16 up to
+    ``tc_quant.FP16_TO_D`` dimensions, int8 beyond), int8 where this device's fp16 products are not exact."""
+    if fmt == "auto":
+        fmt = "fp16" if d <= tc_quant.FP16_TO_D else "int8"
+    return "int8" if fmt == "fp16" and not fp16_products_exact() else fmt
+
+
+def _tile_pairs(tiles):
+    """(P, T) of a (query tiles x w) array of data tiles: each query tile with each of its row's tiles."""
+    cp = cupy()
+    return cp.repeat(cp.arange(tiles.shape[0], dtype=cp.int64), tiles.shape[1]), cp.ascontiguousarray(tiles).reshape(-1)
+
+
+class TcSearch:
+    """A data block on the integer grid, ready to search queries (the module docstring)."""
+
+    def __init__(self, data64, fmt: str):
+        cp = cupy()
+        self.n, self.d = int(data64.shape[0]), int(data64.shape[1])
+        self.source = data64
+        self.fmt = choose_filter(fmt, self.d)
+        self.centre = cp.asarray((data64.min(axis=0) + data64.max(axis=0)) / 2)
+        self.L = tc_quant.levels(self.fmt, self.d)
+        self.S = tc_quant.scale(_spread(data64, self.centre), self.L)
+        #: False where the grid cannot hold the data (the caller then uses another filter)
+        self.usable = self.S is not None and self.n < (1 << 31)
+        if not self.usable:
+            return
+        self.X = _Side(data64, self.centre, TC_TILE, fp32=False)
+        self.X.tc = _tc_rows(self.X, self.centre, self.S, self.L, self.fmt, TC_TILE)
+        self.bounds_x = tc_quant.kernel_bounds(self.X.tc[2], self.X.tc[3], 0.0, cp)
+
+    def search(self, q64, ids, hd, hj, first_id: int, exclude_self: bool, k: int) -> None:
+        """Every query's list (``hd``, ``hj``: m x k heaps in the queries' order) offered this block's rows
+        that can enter it, decided exactly."""
+        cp = cupy()
+        if q64.shape == self.source.shape and bool(cp.array_equal(q64, self.source)):
+            Q = self.X  # a self-join's queries are the data: the same order and grid rows
+        else:
+            Q = _Side(q64, self.centre, TC_TILE, fp32=False)
+            Q.tc = _tc_rows(Q, self.centre, self.S, self.L, self.fmt, TC_TILE)
+        lists = (ids, hd, hj, np.int64(first_id), np.int32(bool(exclude_self)), np.int32(k))
+        nearest, C = self._nearest_tiles(Q, k)
+        everything = cp.full(Q.n, cp.inf, cp.float32)
+
+        def reach():
+            return self._reach(Q, hd)
+
+        self._offer_pairs(Q, lambda: everything, *_tile_pairs(nearest[:, :C]), *lists)
+        if nearest.shape[1] > C:
+            self._offer_pairs(Q, reach, *_tile_pairs(nearest[:, C:]), *lists)
+        self._offer_pairs(Q, reach, *self._tile_pairs_within(Q, hd, nearest), *lists)
+
+    def _reach(self, Q, hd):
+        """``r_a`` of every query (in Q's order) from its list's current root (the module docstring)."""
+        cp = cupy()
+        root = hd[Q.perm, 0]
+        e = cp.sqrt(root) * (1.0 + 1e-12)
+        reach = (e * (1.0 + 1e-9) + math.sqrt(2.0 * (self.d + 1)) * 2.0 ** -536) / self.S * (1.0 + 1e-9)
+        return tc_quant.up32((reach + Q.tc[3]) * (1.0 + 2.0 ** -50), cp)
+
+    def _box_d2(self, Q, p0: int, rows: int):
+        cp = cupy()
+        out = cp.empty((rows, self.X.ntiles), cp.float64)
+        kernel("brute.cu", "tile_box_d2")((-(-out.size // BLOCK),), (BLOCK,), (
+            cp.ascontiguousarray(Q.lo, cp.float64), cp.ascontiguousarray(Q.hi, cp.float64),
+            cp.ascontiguousarray(self.X.lo, cp.float64), cp.ascontiguousarray(self.X.hi, cp.float64),
+            np.int64(p0), np.int64(rows), np.int64(self.X.ntiles), np.int32(self.d), out))
+        return out
+
+    def _row_steps(self, Q):
+        step = max(1, BOX_BYTES // (8 * max(1, self.X.ntiles)))
+        return [(p0, min(Q.ntiles, p0 + step) - p0) for p0 in range(0, Q.ntiles, step)]
+
+    def _nearest_tiles(self, Q, k: int):
+        """Each query tile's data tiles of nearest boxes, nearest first (query tiles x (C + ring)), and C:
+        pass 1 takes the first ``C``, pass 2 the ``ring`` after them first."""
+        cp = cupy()
+        C = min(self.X.ntiles, -(-(k + 2) // TC_TILE) + 1)
+        width = min(self.X.ntiles, C * (1 + RING))
+        nearest = cp.empty((Q.ntiles, width), cp.int64)
+        for p0, rows in self._row_steps(Q):
+            nearest[p0:p0 + rows] = cp.argsort(self._box_d2(Q, p0, rows), axis=1)[:, :width]
+        return nearest, C
+
+    def _tile_pairs_within(self, Q, hd, nearest):
+        """Pass 2's other tile pairs: box distance at most the largest root of the query tile, ``nearest``'s
+        left out."""
+        cp = cupy()
+        roots = cp.full(Q.ntiles * TC_TILE, -cp.inf)
+        roots[:Q.n] = hd[Q.perm, 0]
+        tile_root = roots.reshape(Q.ntiles, TC_TILE).max(axis=1)
+        keep_p, keep_t = [], []
+        for p0, rows in self._row_steps(Q):
+            near = self._box_d2(Q, p0, rows) <= tile_root[p0:p0 + rows, None]
+            near[cp.arange(rows)[:, None], nearest[p0:p0 + rows]] = False
+            p, t = cp.nonzero(near)
+            keep_p.append(p + p0)
+            keep_t.append(t)
+        return cp.concatenate(keep_p).astype(cp.int64), cp.concatenate(keep_t).astype(cp.int64)
+
+    def _offer_pairs(self, Q, reach, P, T, ids, hd, hj, first_id, exclude, k) -> None:
+        """Tile pairs (P[i], T[i]) through the filter (``reach()``: the queries' r_a at launch time), their
+        candidates sorted by query and offered."""
+        cp = cupy()
+        product = tc_kernel(f"brute_tc_{'i8' if self.fmt == 'int8' else 'f16'}")
+        distances, offer = kernel("knn.cu", "knn_tc_distances"), kernel("knn.cu", "knn_tc_offer")
+        xa, rowbytes = Q.tc[:2]
+        qa = tc_quant.down32(Q.tc[2], cp)
+        qb, rb = self.bounds_x
+        m = Q.n
+
+        def launch(lo, hi, listed, room, cand, cand_pair):
+            product((-(-(hi - lo) // TC_PAIRS_PER_BLOCK),), (BLOCK,), (
+                xa, self.X.tc[0], np.int32(rowbytes), P[lo:hi], T[lo:hi], np.int64(hi - lo), np.int64(m),
+                np.int64(self.n), qa, qb, reach(), rb, np.int32(0), np.int32(lo), listed, np.int64(room), cand,
+                np.uint64(0)), shared_mem=TC_SMEM_BYTES)
+
+        for cand, _, count, _ in listed_candidates(launch, int(P.shape[0]), 1 << 22):
+            if not count:
+                continue
+            value = cp.empty(count, cp.float64)
+            distances((-(-count // BLOCK),), (BLOCK,), (cand, np.int64(count), Q.perm, Q.points, self.X.points,
+                                                        np.int32(self.d), hd, k, value))
+            within = cp.nonzero(value >= 0.0)[0]  # the rest are past their root: they can never enter
+            if not within.size:
+                continue
+            keys = cand[:, 0][within]
+            order = cp.argsort(keys)
+            within = within[order]
+            cand, value, keys = cp.ascontiguousarray(cand[within]), value[within], keys[order]
+            seg = cp.searchsorted(keys, cp.arange(m + 1, dtype=cp.int32)).astype(cp.int64)
+            offer((-(-m // BLOCK),), (BLOCK,), (cand, value, seg, np.int64(m), Q.perm, ids, self.X.perm, first_id,
+                                                exclude, hd, hj, k))

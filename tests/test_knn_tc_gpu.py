@@ -1,0 +1,106 @@
+"""The kNN brute force's tensor-core filter (kernels/knn_tc.py) gives the CPU driver's rows, byte for byte
+(marked gpu): ties on lattices, duplicates, offsets, tiny scales, queries far outside the data's grid (clipped),
+values that round badly to fp16, k from 1 to n - 1, lists continued across blocks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from daskjoin.kernels.gpu_common import gpu_available
+from daskjoin.kernels.knn import empty_lists
+from daskjoin.kernels.registry import make
+
+from test_knn_gpu import _datasets
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")]
+
+FILTERS = ["fp16", "int8"]
+
+
+def _rows(backend, a, b, k, **options):
+    data = a if b is None else b
+    ids = np.arange(len(a), dtype=np.int64)
+    return make("knn", "brute", backend, data, k, 7, **options).rows(a, ids + (7 if b is None else 0), b is None)
+
+
+def _same_rows(got, want):
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g).view(np.uint8), np.asarray(w).view(np.uint8))
+
+
+def _more_datasets():
+    rng = np.random.default_rng(5)
+    # coordinates that fp16 cannot hold (1 + 2^-12 steps) beside large ones: residuals matter
+    fine = 1.0 + rng.integers(0, 64, (700, 8)) * 2.0 ** -12
+    fine[::50] *= 3000.0
+    yield "fp16-badly-rounded", fine, None
+    # queries far outside the data's grid: clipped to its ends, residuals large
+    yield "queries-outside-grid", rng.random((300, 6)) * 100.0 - 50.0, rng.random((900, 6))
+    # every row at one of two distances: ties at the k-th by the dozen
+    yield "binary-64d", rng.integers(0, 2, (400, 64)).astype(np.float32), None
+    yield "one-point-cross", rng.random((1, 5)), rng.random((1, 5))
+    yield "far-clumps-64d", np.concatenate([rng.random((300, 64)), rng.random((300, 64)) + 1e4]), None
+
+
+ALL = list(_datasets()) + list(_more_datasets())
+
+
+@pytest.mark.parametrize("fmt", FILTERS)
+@pytest.mark.parametrize("name,a,b", ALL, ids=[n for n, _, _ in ALL])
+def test_tc_rows_equal_the_cpu_rows(fmt, name, a, b):
+    most = (len(a) - 1) if b is None else len(b)
+    for k in sorted(k for k in {1, 2, 16, most} if 1 <= k <= most):
+        _same_rows(_rows("gpu", a, b, k, filter=fmt), _rows("cpu", a, b, k))
+
+
+@pytest.mark.parametrize("fmt", FILTERS)
+def test_tc_large_k_spans_several_tiles(fmt):
+    x = np.random.default_rng(1).random((2000, 16))
+    _same_rows(_rows("gpu", x, None, 700, filter=fmt), _rows("cpu", x, None, 700))
+
+
+@pytest.mark.parametrize("fmt", FILTERS)
+def test_tc_lists_continue_across_blocks_and_filters(fmt):
+    """A query's lists built on the CPU over one block, by the tensor cores over the next, by the GEMM over
+    the last: the lists of one search of everything."""
+    x = np.random.default_rng(2).standard_normal((1500, 24))
+    ids = np.arange(len(x), dtype=np.int64)
+    whole = empty_lists(len(x), 11)
+    make("knn", "brute", "cpu", x, 11, 0).search(x, ids, *whole, True)
+    parts = empty_lists(len(x), 11)
+    for (lo, hi), backend, options in (((0, 500), "cpu", {}), ((500, 1100), "gpu", {"filter": fmt}),
+                                       ((1100, 1500), "gpu", {"filter": "fp32"})):
+        make("knn", "brute", backend, x[lo:hi], 11, lo, **options).search(x, ids, *parts, True)
+    def ordered(lists):  # heaps of one content may differ in layout: compare them in (d, j) order
+        order = np.lexsort((lists[1], lists[0]))
+        return [np.take_along_axis(v, order, axis=1) for v in lists]
+
+    (pd2, pj), (wd2, wj) = ordered(parts), ordered(whole)
+    np.testing.assert_array_equal(pd2.view(np.uint64), wd2.view(np.uint64))
+    np.testing.assert_array_equal(pj, wj)
+
+
+def test_auto_takes_the_tensor_cores_from_tc_from_d_and_any_filter_when_asked():
+    from daskjoin.kernels.knn_tc import TC_FROM_D
+
+    rng = np.random.default_rng(3)
+    for d in (8, 63, 64, 300):
+        auto = make("knn", "brute", "gpu", rng.random((300, d)), 5, 0)
+        tc = TC_FROM_D is not None and d >= TC_FROM_D
+        assert (auto.tc is not None) == tc and (auto.gemm is None) == tc
+        assert make("knn", "brute", "gpu", rng.random((300, d)), 5, 0, filter="int8").tc is not None
+    assert make("knn", "brute", "gpu", rng.random((300, 80)), 5, 0, filter="fp32").tc is None
+    with pytest.raises(ValueError, match="filter"):
+        make("knn", "brute", "gpu", rng.random((30, 8)), 5, 0, filter="tf32")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 300), st.integers(1, 12), st.integers(0, 3), st.sampled_from(FILTERS), st.integers(0, 2 ** 32 - 1))
+def test_tc_rows_on_random_lattices(n, d, spread, fmt, seed):
+    """Small integer lattices (many ties), offset and scaled: the CPU driver's rows."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 2 + spread, (n + 1, d)).astype(np.float64) * (10.0 ** rng.integers(-3, 4)) + rng.choice([0.0, 1e6])
+    k = int(rng.integers(1, n + 1))
+    _same_rows(_rows("gpu", x, None, k, filter=fmt), _rows("cpu", x, None, k))
