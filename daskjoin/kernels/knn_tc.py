@@ -39,7 +39,7 @@ from .gpu_common import cupy, kernel
 
 #: ``filter="auto"``: the tensor cores from this many dimensions (None: never), the float32 GEMM below
 #: (bench_knn_filters.py on an H100; the figures and why: docs/knn.md)
-TC_FROM_D = 64
+TC_FROM_D = 16
 #: pass 2 first takes the next RING * C nearest data tiles of each query tile (C: pass 1's), which tightens
 #: the roots before the rest: at 1M x 64 clustered, pass 1's roots let ~1,000 candidates a query through
 RING = 3
