@@ -68,7 +68,7 @@ def knn_join(a, b=None, *, k, method: str = "auto", backend: str = "auto", outpu
     method : {"auto", "grid", "brute", "szl"}
         ``grid``: cells about the k-th distance wide, searched in growing rings per row (low
         dimensions); ``brute``: every pair, filtered by float32 products from 4 dimensions (high
-        dimensions); ``szl``: LSS's shifted Z-order lists, a radius from each row's Z-neighbours then
+        dimensions; on GPUs by the tensor cores from 16); ``szl``: LSS's shifted Z-order lists, a radius from each row's Z-neighbours then
         one interval of a list. ``auto`` picks by dimensionality; ``plan_knn(...).explain()`` says
         which and why.
     backend : {"auto", "cpu", "gpu"}

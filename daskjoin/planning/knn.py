@@ -136,8 +136,9 @@ def choose_knn_method(method: str, d: int, gpus: bool = False) -> tuple[str, str
     if d <= GRID_MAX_D:
         return "grid", f"d={d} <= {GRID_MAX_D}: a grid of cells about the k-th distance wide prunes well"
     if gpus:
-        return "brute", (f"d={d} > {GRID_MAX_D} on GPUs: every pair through float32 products (a filter), "
-                         "faster there than grid cells or Z-lists")
+        return "brute", (f"d={d} > {GRID_MAX_D} on GPUs: every pair through a filter of products (the tensor "
+                         "cores on an integer grid from 16 dimensions, float32 below), faster there than grid "
+                         "cells or Z-lists")
     if d <= SZL_MAX_D:
         return "szl", (f"{GRID_MAX_D} < d={d} <= {SZL_MAX_D} on CPUs: LSS's shifted Z-lists search one short "
                        "interval per row (measured faster than brute force there)")
