@@ -104,3 +104,22 @@ def test_tc_rows_on_random_lattices(n, d, spread, fmt, seed):
     x = rng.integers(0, 2 + spread, (n + 1, d)).astype(np.float64) * (10.0 ** rng.integers(-3, 4)) + rng.choice([0.0, 1e6])
     k = int(rng.integers(1, n + 1))
     _same_rows(_rows("gpu", x, None, k, filter=fmt), _rows("cpu", x, None, k))
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_knn_join_through_the_tensor_cores_in_blocks_and_partitions(cross):
+    """knn_join's GPU brute force (the tensor cores by default from 16 dimensions) under a budget that cuts the
+    data into blocks and the queries into tasks: the CPU's frame, row for row."""
+    import pandas as pd
+
+    import daskjoin as dj
+
+    rng = np.random.default_rng(4)
+    centres = rng.random((8, 32))
+    x = (centres[rng.integers(0, 8, 3000)] + 0.03 * rng.standard_normal((3000, 32))).astype(np.float32)
+    a, b = (x[:500] + 0.01, x) if cross else (x, None)
+    plan = dj.plan_knn(a, b, k=40, method="brute", backend="gpu", memory_budget="1MB")
+    assert "in 5 block(s)" in plan.explain()
+    got = dj.knn_join(a, b, k=40, method="brute", backend="gpu", memory_budget="1MB").compute().reset_index(drop=True)
+    want = dj.knn_join(a, b, k=40, method="brute", backend="cpu", memory_budget="1MB").compute().reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, want)
