@@ -65,12 +65,13 @@ def test_gpu_small_budget_and_large_k():
 
 
 def test_gpu_gemm_filter_runs_and_agrees_with_the_cpu_lists():
-    """From 4 dimensions the GPU brute force filters by float32 products first: same lists as the CPU."""
+    """From 4 dimensions the GPU brute force can filter by float32 products first (``filter="fp32"``; the
+    default from 16 dimensions is the tensor cores, tests/test_knn_tc_gpu.py): same lists as the CPU."""
     from daskjoin.kernels.knn_gpu import KnnBruteGpu
 
     rng = np.random.default_rng(5)
     x = (rng.random((30, 48))[rng.integers(0, 30, 5000)] + 0.03 * rng.standard_normal((5000, 48)))
-    driver = KnnBruteGpu(x, 12)
+    driver = KnnBruteGpu(x, 12, filter="fp32")
     assert driver.gemm is not None
     gpu, cpu = empty_lists(len(x), 12), empty_lists(len(x), 12)
     ids = np.arange(len(x))
