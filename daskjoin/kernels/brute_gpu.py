@@ -35,6 +35,7 @@ from . import tc_quant
 from .exact import NORM_FLOOR, eps_squared, error_constants
 from .gpu_common import cupy, device_budget_bytes, kernel, sorted_to_host, to_host
 from .grid_gpu import device_bounds, to_device64
+from .pivot_chain import greedy_chain
 from .registry import bounded_ranges, split_batch, transfer_pairs
 from .shares import check_share
 
@@ -59,13 +60,7 @@ def pivot_order(x, tile: int):
     # chain the pivots greedily (each next pivot is the nearest unvisited one)
     pnorm = (pivots * pivots).sum(axis=1)
     dist = (pnorm[:, None] + pnorm[None, :] - 2.0 * (pivots @ pivots.T)).get()
-    chain = np.empty(m, np.int64)
-    current = 0
-    for t in range(m):
-        chain[t] = current
-        dist[:, current] = np.inf
-        if t + 1 < m:
-            current = int(np.argmin(dist[current]))
+    chain = greedy_chain(dist)
     rank = cp.empty(m, cp.int64)
     rank[cp.asarray(chain)] = cp.arange(m, dtype=cp.int64)
     nearest = cp.empty(n, cp.int64)
