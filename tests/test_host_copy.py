@@ -112,3 +112,22 @@ def test_pageable_pair_batches_through_small_stages_equal_pinned_ones(small_stag
                           .reset_index(drop=True))
     assert len(frames[0]) > 10_000
     pd.testing.assert_frame_equal(frames[0], frames[1])
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_whole_outputs_past_the_pinned_limit_go_through_the_stages(small_stages, monkeypatch):
+    """A driver's ``pairs()`` larger than ``PINNED_OUTPUT_LIMIT`` is moved through the staging buffers: the same
+    arrays as through pinned memory."""
+    from daskjoin.kernels import get_kernel, gpu_common
+
+    x = np.random.default_rng(6).random((3000, 2))
+    kernel = get_kernel("grid", "gpu")
+    want = kernel.self_join(x, 0.05)
+    assert gpu_common.pinned_output(len(want[0]))
+    monkeypatch.setattr(gpu_common, "PINNED_OUTPUT_LIMIT", 0)
+    assert not gpu_common.pinned_output(len(want[0]))
+    got = kernel.self_join(x, 0.05)
+    assert len(got[0]) > 50_000
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

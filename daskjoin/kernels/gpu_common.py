@@ -129,6 +129,20 @@ def sorted_to_host(i, j, d, max_pairs: int):
                                 pinned=pinned))
 
 
+#: one output copy larger than this goes to pageable memory through the staging buffers (host_copy), whatever
+#: ``pinned-output`` says: pinning fresh memory costs ~0.5 s per GiB, staged copies ~0.1 s, and a whole join's
+#: pairs (``pairs()``) are too large for CuPy's pinned pool to have a block ready (bounded batches are smaller)
+PINNED_OUTPUT_LIMIT = 1 << 30
+
+
+def pinned_output(pairs: int) -> bool:
+    """Whether ``pairs`` pairs (20 bytes each with their distance) go to pinned memory: ``pinned-output`` and at
+    most ``PINNED_OUTPUT_LIMIT`` bytes."""
+    from .. import config
+
+    return bool(config.get("pinned-output")) and 20 * int(pairs) <= PINNED_OUTPUT_LIMIT
+
+
 #: Reads larger than this go to pageable memory (pinning very large buffers costs more than it saves).
 #: Stream for stream, copies out of the device stay pinned at any size (``any_size``).
 PINNED_READ_LIMIT = 4 << 30

@@ -18,7 +18,8 @@ import threading
 import numpy as np
 
 from .exact import eps_squared
-from .gpu_common import cupy, device_budget_bytes, kernel, output_args, pinned_empty, sorted_to_host, to_host
+from .gpu_common import (cupy, device_budget_bytes, kernel, output_args, pinned_empty, pinned_output, sorted_to_host,
+                         to_host)
 from .grid_index import MAX_CELL_ID, DENSE_CELLS_PER_POINT, PATTERNS, boundary_slack, choose_grid
 from .registry import split_batch, transfer_pairs
 from .shares import point_range
@@ -211,14 +212,15 @@ class GpuGridJoin:
         cp.cumsum(counts, dtype=cp.int64, out=offsets[1:])
         size = int(offsets[-1])
         out = (cp.empty(size, cp.int64), cp.empty(size, cp.int64), cp.empty(size, cp.float32))
-        if not device and size >= 2 * OVERLAP_SLICE_PAIRS:
+        pinned = pinned_output(size)
+        if not device and pinned and size >= 2 * OVERLAP_SLICE_PAIRS:
             return self._fill_overlapped(lo, hi, offsets, size, out, with_distance)
         if size:
             self._launch(1, lo, hi, offsets=offsets, out=out)
         oi, oj, od = out
         if device:
             return oi, oj, (od if with_distance else None)
-        return to_host(oi, oj, od if with_distance else None)
+        return to_host(oi, oj, od if with_distance else None, pinned=pinned)
 
     def _fill_overlapped(self, lo: int, hi: int, offsets, size: int, out, with_distance: bool):
         """Fill in slices of items and copy each slice's pairs to pinned host memory on a side
