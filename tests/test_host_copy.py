@@ -121,7 +121,7 @@ def test_whole_outputs_past_the_pinned_limit_go_through_the_stages(small_stages,
     arrays as through pinned memory."""
     from daskjoin.kernels import get_kernel, gpu_common
 
-    x = np.random.default_rng(6).random((3000, 2))
+    x = np.random.default_rng(6).random((6000, 2))
     kernel = get_kernel("grid", "gpu")
     want = kernel.self_join(x, 0.05)
     assert gpu_common.pinned_output(len(want[0]))
