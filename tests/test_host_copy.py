@@ -101,9 +101,12 @@ def test_knn_rows_through_small_stages_equal_the_cpu(method, small_stages):
 
 @pytest.mark.gpu
 @needs_gpu
-def test_pageable_pair_batches_through_small_stages_equal_pinned_ones(small_stages):
+def test_pageable_pair_batches_through_small_stages_equal_pinned_ones(small_stages, monkeypatch):
     import dask
 
+    calls = []
+    original = host_copy.to_pageable
+    monkeypatch.setattr(host_copy, "to_pageable", lambda *a: calls.append(len(a)) or original(*a))
     x = np.random.default_rng(4).random((4000, 2))
     frames = []
     for pinned in (True, False):
@@ -111,6 +114,7 @@ def test_pageable_pair_batches_through_small_stages_equal_pinned_ones(small_stag
             frames.append(dj.similarity_join(x, eps=0.03, backend="gpu", with_distance=True).compute()
                           .reset_index(drop=True))
     assert len(frames[0]) > 10_000
+    assert calls  # the pageable run went through the stages
     pd.testing.assert_frame_equal(frames[0], frames[1])
 
 
@@ -127,7 +131,11 @@ def test_whole_outputs_past_the_pinned_limit_go_through_the_stages(small_stages,
     assert gpu_common.pinned_output(len(want[0]))
     monkeypatch.setattr(gpu_common, "PINNED_OUTPUT_LIMIT", 0)
     assert not gpu_common.pinned_output(len(want[0]))
+    calls = []
+    original = host_copy.to_pageable
+    monkeypatch.setattr(host_copy, "to_pageable", lambda *a: calls.append(len(a)) or original(*a))
     got = kernel.self_join(x, 0.05)
+    assert calls == [3]  # i, j and the distances, through the stages
     assert len(got[0]) > 50_000
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)

@@ -241,10 +241,11 @@ def test_auto_method_follows_the_measured_crossovers():
 
 def test_planner_counts_each_methods_index():
     """The block a task holds is sized with the method's index (planning mirrors the kernels' constants)."""
-    from daskjoin.kernels import knn_gemm, knn_szl
+    from daskjoin.kernels import knn_gemm, knn_szl, knn_tc
     from daskjoin.planning import knn as planning
 
     assert planning.SZL_LISTS_MAX == knn_szl.MAX_LISTS and planning.GEMM_FROM_D == knn_gemm.GEMM_MIN_D
+    assert planning.TC_FROM_D == knn_tc.TC_FROM_D
     assert planning.index_row_bytes("grid", 3) == 0 and planning.index_row_bytes("brute", 3) == 0
     assert planning.index_row_bytes("szl", 8) == 4 * 8 + 16 * 8
     x = np.random.default_rng(0).random((4000, 8))

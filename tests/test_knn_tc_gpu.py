@@ -22,7 +22,10 @@ FILTERS = ["fp16", "int8"]
 def _rows(backend, a, b, k, **options):
     data = a if b is None else b
     ids = np.arange(len(a), dtype=np.int64)
-    return make("knn", "brute", backend, data, k, 7, **options).rows(a, ids + (7 if b is None else 0), b is None)
+    driver = make("knn", "brute", backend, data, k, 7, **options)
+    if options.get("filter") in FILTERS:
+        assert driver.tc is not None  # the tensor cores ran, not a fallback
+    return driver.rows(a, ids + (7 if b is None else 0), b is None)
 
 
 def _same_rows(got, want):
@@ -53,6 +56,33 @@ def test_tc_rows_equal_the_cpu_rows(fmt, name, a, b):
     most = (len(a) - 1) if b is None else len(b)
     for k in sorted(k for k in {1, 2, 16, most} if 1 <= k <= most):
         _same_rows(_rows("gpu", a, b, k, filter=fmt), _rows("cpu", a, b, k))
+
+
+@pytest.mark.parametrize("ring", [0, 3])
+@pytest.mark.parametrize("fmt", FILTERS)
+def test_every_pass_runs_and_the_filter_filters(fmt, ring, monkeypatch):
+    """Enough tiles that pass 2's box-pruned tile pairs exist (with and without the ring): every pass lists
+    tile pairs, the filtered passes keep fewer candidates than their tile pairs hold, and the rows are exact."""
+    from daskjoin.kernels import knn_tc
+
+    calls = []
+    original = knn_tc.listed_candidates
+
+    def counting(launch, npairs, room, per_pair=False):
+        kept = 0
+        for item in original(launch, npairs, room, per_pair):
+            kept += item[2]
+            yield item
+        calls.append((int(npairs), kept))
+
+    monkeypatch.setattr(knn_tc, "RING", ring)
+    monkeypatch.setattr(knn_tc, "listed_candidates", counting)
+    x = np.random.default_rng(8).random((6000, 16))
+    _same_rows(_rows("gpu", x, None, 5, filter=fmt), _rows("cpu", x, None, 5))
+    assert len(calls) == (3 if ring else 2)
+    assert all(npairs > 0 for npairs, _ in calls)
+    for npairs, kept in calls[1:]:  # pass 1 keeps every pair of its tiles; the others filter
+        assert 0 < kept < npairs * 128 * 128 // 4
 
 
 @pytest.mark.parametrize("fmt", FILTERS)

@@ -61,7 +61,7 @@ def pivot_order(x, tile: int):
     pnorm = (pivots * pivots).sum(axis=1)
     dist = (pnorm[:, None] + pnorm[None, :] - 2.0 * (pivots @ pivots.T)).get()
     chain = greedy_chain(dist)
-    rank = cp.empty(m, cp.int64)
+    rank = cp.full(m, m, cp.int64)  # a pivot the chain never reached (all-inf rows revisit one) sorts last
     rank[cp.asarray(chain)] = cp.arange(m, dtype=cp.int64)
     nearest = cp.empty(n, cp.int64)
     step = 1 << 16

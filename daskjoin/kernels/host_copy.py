@@ -20,7 +20,8 @@ import numpy as np
 
 from .gpu_common import cupy
 
-#: bytes of each of a thread's two pinned staging buffers (pinned once per thread, ~16 ms each)
+#: bytes of each of a thread's two pinned staging buffers (pinned once per thread, ~16 ms each, and kept for the
+#: life of the process: 64 MiB a thread that copies)
 STAGE_BYTES = 32 << 20
 #: copies smaller than this go through ``get`` (no staging buffers pinned for them)
 STAGED_MIN_BYTES = 4 << 20
@@ -30,6 +31,7 @@ _PIECE_BYTES = 1 << 20
 _local = threading.local()
 _pool_lock = threading.Lock()
 _pool = None
+_POOL_THREADS = max(1, min(16, os.cpu_count() or 1))
 
 
 def _threads() -> ThreadPoolExecutor:
@@ -38,14 +40,14 @@ def _threads() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max(1, min(16, os.cpu_count() or 1)), thread_name_prefix="daskjoin-copy")
+            _pool = ThreadPoolExecutor(_POOL_THREADS, thread_name_prefix="daskjoin-copy")
         return _pool
 
 
 def _in_pieces(n: int, itemsize: int, fn) -> None:
     """``fn(lo, hi)`` over ``[0, n)`` cut into pieces of at least ``_PIECE_BYTES``, run by the copy threads."""
     pool = _threads()
-    pieces = max(1, min(pool._max_workers, n * itemsize // _PIECE_BYTES))
+    pieces = max(1, min(_POOL_THREADS, n * itemsize // _PIECE_BYTES))
     cuts = [n * p // pieces for p in range(pieces + 1)]
     for f in [pool.submit(fn, lo, hi) for lo, hi in zip(cuts[:-1], cuts[1:]) if hi > lo]:
         f.result()
@@ -107,14 +109,17 @@ def to_pageable(*arrays) -> tuple:
         done[c % 2] = stream.record()
 
     start(0)
-    for c in range(len(chunks)):
-        if c + 1 < len(chunks):
-            start(c + 1)  # its buffer's last chunk (c - 1) was copied out in the previous round
-        done[c % 2].synchronize()
-        dst, src = chunks[c][1], stages[c % 2][1]
+    try:
+        for c in range(len(chunks)):
+            if c + 1 < len(chunks):
+                start(c + 1)  # its buffer's last chunk (c - 1) was copied out in the previous round
+            done[c % 2].synchronize()
+            dst, src = chunks[c][1], stages[c % 2][1]
 
-        def copy(lo, hi):
-            dst[lo:hi] = src[lo:hi]
+            def copy(lo, hi):
+                dst[lo:hi] = src[lo:hi]
 
-        _in_pieces(dst.shape[0], 1, copy)
+            _in_pieces(dst.shape[0], 1, copy)
+    finally:  # on an error too: no copy may still be writing a staging buffer when the next call takes it
+        stream.synchronize()
     return outs

@@ -111,8 +111,7 @@ class KnnBruteGpu(_ScanDriver):
 
     def __init__(self, data, k: int, first_id: int = 0, filter: str = "auto"):
         """``filter``: "fp16" or "int8" (the tensor cores, :mod:`.knn_tc`), "fp32" (the float32 GEMM of
-        :mod:`.knn_gemm`), or "auto" (the tensor cores from ``knn_tc.TC_FROM_D`` dimensions: never, as
-        measured).  Where the
+        :mod:`.knn_gemm`), or "auto" (the tensor cores from ``knn_tc.TC_FROM_D`` dimensions).  Where the
         tensor cores are not asked for or the grid cannot hold the data, the GEMM runs from ``GEMM_MIN_D``
         dimensions and the direct search below.  Every filter gives the same lists."""
         import os

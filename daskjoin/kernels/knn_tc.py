@@ -9,8 +9,8 @@ are decided exactly in float64 (``knn_tc_distances``, a thread a candidate: the 
 (``knn_tc_offer``: the direct driver's ``offer``, ties by the smaller ``j``):
 
 1. each query tile against the ``C`` data tiles whose boxes are nearest it, ``C * 128 >= k + 2``
-   rows, every pair a candidate: every list fills, and its root (its k-th float64 value) bounds the
-   query's k nearest;
+   rows, every pair a candidate: every list fills where the block has k rows besides the query, and its
+   root (its k-th float64 value) bounds the query's k nearest (a list not full has an infinite root);
 2. through the filter with ``r_a >= reach0(root_a) + u_a`` and ``r_b >= u_b``, the roots read afresh
    before each range (they only shrink): first the next ``RING * C`` nearest data tiles of each query
    tile (the roots tighten), then every other tile pair whose box distance (``tile_box_d2``) is at most
@@ -19,16 +19,17 @@ are decided exactly in float64 (``knn_tc_distances``, a thread a candidate: the 
 Why nothing is lost.  A row x can enter query a's list only if its float64 value ``s <= root_a``
 (ties by ``j``).  Box pruning: ``tile_box_d2`` sums rounded gaps that are at most the rounded
 differences of any two rows inside the boxes, in the same order and rounding as ``s``, so it is at most
-``s``; a tile pair above every root of its query tile holds no row that can enter.  The filter: with
-``e = sqrt(root_a) (1 + 1e-12)``, ``fl(e^2) >= root_a >= s``, so x is a pair of the ε-rule at ``eps = e``
-and ``|q_a - q_x| <= reach0(e) + u_a + u_x`` (tc_quant's proof, which holds for any row whose residual is
-measured, clipped or not): the filter keeps it.  Pass 1 decides its pairs exactly and pass 2 skips
+``s``; a tile pair above every root of its query tile holds no row that can enter.  The filter: ``s`` is
+finite (at most a finite root; an infinite root gives an infinite reach, and every pair passes), so
+nothing in it overflowed and tc_quant's argument from the float64 sum to the exact distance holds with
+``root_a`` in place of ``fl(eps^2)``: ``D <= sqrt(root_a) (1 + 1e-9)`` plus the underflow term, which
+``tc_quant.reach_rows`` of ``e = sqrt(root_a) (1 + 1e-12)`` (the 1e-12 covers the rounding of the
+square root) divides by ``S`` and rounds up.  With the rows' measured residuals (clipped or not),
+``|q_a - q_x| <= reach + u_a + u_x``: the filter keeps x.  Pass 1 decides its pairs exactly and pass 2 skips
 them, and pass 2's second part skips its first part's tiles, so no row is offered twice.  A self-join's
 queries are the data's own rows (found equal on the device): they reuse its order and grid rows.
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -79,6 +80,7 @@ class TcSearch:
         self.X = _Side(data64, self.centre, TC_TILE, fp32=False)
         self.X.tc = _tc_rows(self.X, self.centre, self.S, self.L, self.fmt, TC_TILE)
         self.bounds_x = tc_quant.kernel_bounds(self.X.tc[2], self.X.tc[3], 0.0, cp)
+        self.X.qa = self.bounds_x[0]  # |q|^2 rounded down: the same for the rows as queries
 
     def search(self, q64, ids, hd, hj, first_id: int, exclude_self: bool, k: int) -> None:
         """Every query's list (``hd``, ``hj``: m x k heaps in the queries' order) offered this block's rows
@@ -89,6 +91,7 @@ class TcSearch:
         else:
             Q = _Side(q64, self.centre, TC_TILE, fp32=False)
             Q.tc = _tc_rows(Q, self.centre, self.S, self.L, self.fmt, TC_TILE)
+            Q.qa = tc_quant.down32(Q.tc[2], cp)
         lists = (ids, hd, hj, np.int64(first_id), np.int32(bool(exclude_self)), np.int32(k))
         nearest, C = self._nearest_tiles(Q, k)
         everything = cp.full(Q.n, cp.inf, cp.float32)
@@ -104,10 +107,8 @@ class TcSearch:
     def _reach(self, Q, hd):
         """``r_a`` of every query (in Q's order) from its list's current root (the module docstring)."""
         cp = cupy()
-        root = hd[Q.perm, 0]
-        e = cp.sqrt(root) * (1.0 + 1e-12)
-        reach = (e * (1.0 + 1e-9) + math.sqrt(2.0 * (self.d + 1)) * 2.0 ** -536) / self.S * (1.0 + 1e-9)
-        return tc_quant.up32((reach + Q.tc[3]) * (1.0 + 2.0 ** -50), cp)
+        bound = tc_quant.reach_rows(cp.sqrt(hd[Q.perm, 0]) * (1.0 + 1e-12), self.S, self.d, cp)
+        return tc_quant.kernel_bounds(Q.tc[2], Q.tc[3], bound, cp)[1]
 
     def _box_d2(self, Q, p0: int, rows: int):
         cp = cupy()
@@ -156,7 +157,7 @@ class TcSearch:
         product = tc_kernel(f"brute_tc_{'i8' if self.fmt == 'int8' else 'f16'}")
         distances, offer = kernel("knn.cu", "knn_tc_distances"), kernel("knn.cu", "knn_tc_offer")
         xa, rowbytes = Q.tc[:2]
-        qa = tc_quant.down32(Q.tc[2], cp)
+        qa = Q.qa
         qb, rb = self.bounds_x
         m = Q.n
 

@@ -89,7 +89,13 @@ def reach0(eps: float, S: float, d: int) -> float:
     """
     if not math.isfinite(float(eps) * float(eps)):
         return math.inf
-    return (float(eps) * (1.0 + 1e-9) + math.sqrt(2.0 * (d + 1)) * 2.0 ** -536) / S * (1.0 + 1e-9)
+    return float(reach_rows(float(eps), S, d))
+
+
+def reach_rows(D, S: float, d: int, xp=np):
+    """``reach0``'s bound for rows whose exact distance is at most ``D (1 + 1e-9)`` plus the underflow term
+    (scalars or arrays, float64; ``D`` inf gives inf): what the kNN filter's reach per query uses."""
+    return (D * (1.0 + 1e-9) + math.sqrt(2.0 * (d + 1)) * 2.0 ** -536) / S * (1.0 + 1e-9)
 
 
 def quantise(y, S: float, L: int, xp=np):
@@ -116,9 +122,9 @@ def up32(x, xp=np):
     return xp.where(y.astype(xp.float64) < x, xp.nextafter(y, xp.float32(xp.inf)), y)
 
 
-def kernel_bounds(qn2, u, r0: float, xp=np):
+def kernel_bounds(qn2, u, r0, xp=np):
     """The float32 per-row values the kernel reads: |q|^2 rounded down and ``r0 + u`` rounded up
-    (``r0 = 0`` for the B side).  The 2^-50 factor covers the one float64 rounding of ``r0 + u``."""
+    (``r0 = 0`` for the B side; an array of per-row reaches for the kNN filter).  The 2^-50 factor covers the one float64 rounding of ``r0 + u``."""
     return down32(qn2, xp), up32((r0 + u) * (1.0 + 2.0 ** -50), xp)
 
 

@@ -26,16 +26,21 @@ from .plan import PlanStep, fmt_bytes, row_bytes
 LIST_BYTES = 16
 ROW_OUT_BYTES = 48
 #: mirrors of the kernels' constants the index sizes follow (planning never imports kernels; a test ties
-#: them: ``knn_szl.MAX_LISTS``, ``knn_gemm.GEMM_MIN_D``)
+#: them: ``knn_szl.MAX_LISTS``, ``knn_gemm.GEMM_MIN_D``, ``knn_tc.TC_FROM_D``)
 SZL_LISTS_MAX = 8
 GEMM_FROM_D = 4
+TC_FROM_D = 16
 
 
 def index_row_bytes(method: str, d: int) -> int:
     """Bytes per data row a method's index adds beside the rows: szl's quantised coordinates and its lists
-    (8 bytes a list, as much again while they are sorted), brute's float32 copy and norms from GEMM_FROM_D."""
+    (8 bytes a list, as much again while they are sorted), brute's float32 copy and norms from GEMM_FROM_D,
+    and from TC_FROM_D the tensor-core filter's rows (the larger; counted on every backend, as the plan may
+    run on either).  The filter's candidate lists (up to ``brute_gpu.CANDIDATES_MAX``) are not per row."""
     if method == "szl":
         return 4 * d + 16 * min(d + 1, SZL_LISTS_MAX)
+    if method == "brute" and d >= TC_FROM_D:  # the GPU's tensor-core rows: a float64 copy in locality order,
+        return 10 * d + 64 + 24            # grid rows (2 bytes a coordinate, padded), norms, residuals, order
     if method == "brute" and d >= GEMM_FROM_D:
         return 4 * d + 12
     return 0
