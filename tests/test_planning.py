@@ -631,3 +631,33 @@ def test_bad_rows_refused_by_the_statistics_step_naming_the_first(tmp_path, clie
     with pytest.raises(InputError, match="first in row 2222"):
         dj.similarity_join(path, eps=0.02, client=client, out=out)
     assert not out.exists()
+
+
+def test_slab_shape_comes_from_a_grown_radius_where_the_sample_has_few_pairs():
+    """Few sampled pairs at eps: the slabs' work shape is listed at grow * eps (the kernel's exact pairs there,
+    as input rows); many: the pairs at eps themselves."""
+    from daskjoin.kernels import get_kernel
+    from daskjoin.planning import estimate
+
+    x = np.random.default_rng(0).standard_exponential((4000, 3)) / 40
+    rows = np.arange(len(x), dtype=np.int64) * 5  # the sample's input rows: every fifth
+    est = estimate.estimate_pairs(x, 5 * len(x), 0.002, rows_a=rows)
+    assert 0 < est.sampled_pairs < estimate.SHAPE_PAIRS
+    shape, grow = estimate.shape_pairs(est, x, 0.002, rows_a=rows)
+    assert 1.0 < grow <= estimate.SHAPE_GROW
+    assert len(shape[0]) == get_kernel("grid", "cpu").self_count(x, 0.002 * grow) > len(est.pair_rows[0])
+    assert (shape[0] < shape[1]).all() and set(np.unique(shape)) <= set(rows)
+    rich = estimate.estimate_pairs(x, len(x), 0.05, rows_a=rows)
+    assert rich.sampled_pairs >= estimate.SHAPE_PAIRS
+    assert estimate.shape_pairs(rich, x, 0.05, rows_a=rows) == (rich.pair_rows, 1.0)
+    cross, grow = estimate.shape_pairs(est, x[:2000], 0.002, x[2000:], rows_a=rows[:2000], rows_b=rows[2000:])
+    assert grow > 1.0 and len(cross[0]) == get_kernel("grid", "cpu").cross_count(x[:2000], x[2000:], 0.002 * grow)
+
+
+def test_slab_plan_says_when_its_shape_comes_from_a_grown_radius():
+    x = np.random.default_rng(1).standard_exponential((60_000, 3)).astype(np.float32) / 40
+    with dask.config.set({"daskjoin.sample-rows": 1000}):
+        dj.clear_cache()
+        plan = dj.plan_join(x, eps=0.001, partitioning="slabs", memory_budget="2MB", backend="cpu")
+    dj.clear_cache()
+    assert "placed by the sample's pairs at" in plan.explain()

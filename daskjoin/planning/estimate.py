@@ -36,6 +36,12 @@ HIGH_D_SAMPLE = 5000
 
 #: sampled pairs listed with their rows (for per-partition estimates) up to this many
 PAIRS_LISTED = 1 << 20
+#: slabs are cut by where the sample's pairs lie; with fewer pairs than this at eps (20M x 3-d exponential
+#: rows: ~320 of 320M in 20,000 sampled rows, too few to place the dense corner), their shape comes from the
+#: pairs at a larger radius, grown until about this many would fall in it (density alike within the radius:
+#: counts grow as radius^d), at most SHAPE_GROW times eps so that the shape stays local
+SHAPE_PAIRS = 20_000
+SHAPE_GROW = 8.0
 
 
 def _thin(sample: np.ndarray | None, rows: np.ndarray | None = None):
@@ -86,3 +92,25 @@ def estimate_pairs(sample_a: np.ndarray, n_a: int, eps: float, sample_b: np.ndar
         sample_size=size,
         pair_rows=_pair_rows(kernel, sample_a, sample_b, eps, rows_a, rows_b, int(hits)),
     )
+
+
+def shape_pairs(est: Estimate, sample_a: np.ndarray, eps: float, sample_b: np.ndarray | None = None, *,
+                backend: str = "cpu", rows_a: np.ndarray | None = None, rows_b: np.ndarray | None = None):
+    """``(rows, grow)``: where ``est``'s sample holds fewer than SHAPE_PAIRS pairs, the input rows of its pairs
+    at ``grow * eps`` (as ``pair_rows``), the shape of the work along the input for slabs cut by work; else
+    ``(est.pair_rows, 1.0)`` (also where the rows are unknown or the grown radius lists too many)."""
+    hits = est.sampled_pairs
+    sample_a, rows_a = _thin(sample_a, rows_a)
+    sample_b, rows_b = _thin(sample_b, rows_b)
+    d = sample_a.shape[1] if sample_a.ndim == 2 else 0
+    if hits >= SHAPE_PAIRS or rows_a is None or d == 0 or not math.isfinite(eps * SHAPE_GROW) or eps <= 0:
+        return est.pair_rows, 1.0
+    grow = min(SHAPE_GROW, (SHAPE_PAIRS / max(hits, 1)) ** (1.0 / d))
+    kernel = get_kernel("grid", backend)
+    wide = eps * grow
+    if sample_b is None:
+        count = kernel.self_count(sample_a, wide) if sample_a.shape[0] > 1 else 0
+    else:
+        count = kernel.cross_count(sample_a, sample_b, wide) if sample_a.shape[0] and sample_b.shape[0] else 0
+    rows = _pair_rows(kernel, sample_a, sample_b, wide, rows_a, rows_b, int(count))
+    return (rows, grow) if rows is not None else (est.pair_rows, 1.0)

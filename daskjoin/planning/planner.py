@@ -23,7 +23,7 @@ from . import cache, cost
 from .bounds import block_stats, stats_cached
 from .chunk_pairs import block_rows_for, plan_block_pairs
 from ..kernels import SHARE_METHODS, resolve_backend
-from .estimate import estimate_pairs
+from .estimate import estimate_pairs, shape_pairs
 from .plan import PAIR_BYTES, Partition, Plan, PlanStep, fmt_bytes, row_bytes
 from .slabs import owner_rows, plan_slabs, slab_rows_for, split_dimension, work_cuts
 from .sorted_copy import SortedCopy, open_sorted, sort_in_memory, sorted_copy_exists
@@ -77,11 +77,16 @@ def _estimate(stats_a, n_a: int, eps: float, stats_b, n_b: int, fingerprints: tu
         return hit
     # an exact count of the sample: the same on either backend, so the cache key does not name one; on
     # this process's GPU where the tasks will run on GPUs and it has one (a client may have none)
-    backend = "gpu" if gpu and resolve_backend("auto") == "gpu" else "cpu"
+    backend = _sample_backend(gpu)
     est = estimate_pairs(stats_a.sample, n_a, eps, None if stats_b is None else stats_b.sample,
                          None if stats_b is None else n_b, backend=backend, rows_a=stats_a.sample_rows,
                          rows_b=None if stats_b is None else stats_b.sample_rows)
     return est if key is None else CACHE.put("estimates", key, est)
+
+
+def _sample_backend(gpu: bool) -> str:
+    """Where the planning sample is joined: this process's GPU where the tasks will run on GPUs and it has one."""
+    return "gpu" if gpu and resolve_backend("auto") == "gpu" else "cpu"
 
 
 def _sorted(source: Source, dim: int, stats, runner, budget: int, fingerprint: str | None) -> tuple[SortedCopy, str]:
@@ -274,12 +279,16 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         if split > 1 and fewer < slab_rows:  # twice the workers: slabs differ in work where data are skewed along the key
             slab_rows = fewer
             reason += f"; at least {2 * split} slabs so that {parallelism} workers share them"
-        owners = _slab_owners(reader_a, stats_a, stats_b, est.pair_rows, dim)
+        shape, grow = shape_pairs(est, stats_a.sample, eps, None if stats_b is None else stats_b.sample,
+                                  backend=_sample_backend(gpu), rows_a=stats_a.sample_rows,
+                                  rows_b=None if stats_b is None else stats_b.sample_rows)
+        owners = _slab_owners(reader_a, stats_a, stats_b, shape, dim)
         cuts = work_cuts(n_a, slab_rows, owners, est.upper, memory_budget, 2 * row_bytes(a.d, 8, chosen_method),
                          held=not count_only)
         parts = plan_slabs(reader_a, reader_b, eps, slab_rows, est.upper, cuts, owners)
-        reason += f"; split on dimension {dim}" + ("; slabs cut by estimated work (rows and sampled pairs)"
-                                                   if owners is not None else "")
+        reason += f"; split on dimension {dim}" + (
+            "" if owners is None else "; slabs cut by estimated work (rows and sampled pairs"
+            + (f", placed by the sample's pairs at {grow:.1f}x eps" if grow > 1.0 else "") + ")")
     if not parts:
         parts = (Partition(0, (0, 0), None, True, 0.0),)
     plan = Plan(
