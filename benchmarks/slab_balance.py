@@ -17,7 +17,9 @@ import tempfile
 import numpy as np
 
 
-def slab_pairs(x, eps, budget, shape: bool):
+def slab_pairs(x, eps, budget, shape: bool, client=None):
+    import time
+
     import dask
     import pyarrow.parquet as pq
 
@@ -31,13 +33,28 @@ def slab_pairs(x, eps, budget, shape: bool):
         with tempfile.TemporaryDirectory() as tmp, dask.config.set({"daskjoin.row-group-bytes": "1GiB"}):
             plan = dj.plan_join(x, eps=eps, partitioning="slabs", memory_budget=budget, backend="cpu")
             out = os.path.join(tmp, "pairs.parquet")
-            dj.similarity_join(x, eps=eps, partitioning="slabs", memory_budget=budget, backend="cpu", out=out)
+            tasks, start = [], time.perf_counter()
+            if client is None:
+                dj.similarity_join(x, eps=eps, partitioning="slabs", memory_budget=budget, backend="cpu", out=out)
+            else:
+                from distributed import get_task_stream
+
+                with get_task_stream(client) as stream:
+                    dj.similarity_join(x, eps=eps, partitioning="slabs", memory_budget=budget, backend="cpu", out=out,
+                                       client=client)
+                tasks = [ss["stop"] - ss["start"] for t in stream.data if "partition_to_parquet" in str(t.get("key", ""))
+                         for ss in t.get("startstops", ()) if ss.get("action") == "compute"]
+            wall = time.perf_counter() - start
             files = sorted(f for f in os.listdir(out) if f.endswith(".parquet"))
             pairs = np.array([pq.ParquetFile(os.path.join(out, f)).metadata.num_rows for f in files])
     finally:
         estimate.SHAPE_PAIRS = saved
     reason = plan.partitioning_reason
-    return {"tasks": len(plan.partitions), "files": len(files), "pairs": int(pairs.sum()),
+    timing = {"wall_s": round(wall, 2)}
+    if tasks:
+        timing.update(task_median_s=round(float(np.median(tasks)), 3), task_max_s=round(float(max(tasks)), 3),
+                      task_sum_s=round(float(sum(tasks)), 2))
+    return {**timing, "tasks": len(plan.partitions), "files": len(files), "pairs": int(pairs.sum()),
             "max_over_mean": round(float(pairs.max() / pairs.mean()), 2),
             "max_over_median": round(float(pairs.max() / max(1.0, np.median(pairs))), 2),
             "reason": reason[reason.find("slabs cut"):] if "slabs cut" in reason else reason}
@@ -51,6 +68,8 @@ def main(argv=None):
     p.add_argument("--neighbours", type=float, default=32.0)
     p.add_argument("--sample-rows", type=int, default=2000)
     p.add_argument("--budgets", default="64MB,256MB")
+    p.add_argument("--workers", type=int, default=0, help="run on a LocalCluster of this many one-thread workers "
+                   "(task times from its task stream) instead of in this process")
     p.add_argument("--out-json", default=None)
     args = p.parse_args(argv)
     import dask
@@ -66,19 +85,27 @@ def main(argv=None):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if tree.count_neighbors(tree, mid) / 2 < want else (lo, mid)
     eps = hi
-    rows = []
+    rows, client = [], None
+    if args.workers:
+        from distributed import Client, LocalCluster
+
+        client = Client(LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True))
     with dask.config.set({"daskjoin.sample-rows": args.sample_rows}):
         for budget in args.budgets.split(","):
             for shape in (False, True):
-                r = {"budget": budget, "shape": shape, **slab_pairs(x, eps, budget, shape)}
+                r = {"budget": budget, "shape": shape, **slab_pairs(x, eps, budget, shape, client)}
                 rows.append(r)
+                times = (f"  wall {r['wall_s']} s, tasks median {r['task_median_s']} / max {r['task_max_s']} s"
+                         if "task_max_s" in r else f"  wall {r['wall_s']} s")
                 print(f"{budget:>6} {'grown radius' if shape else 'eps only':<13} tasks {r['tasks']:>4}  pairs "
                       f"{r['pairs']:,}  largest slab {r['max_over_mean']}x the mean, {r['max_over_median']}x the "
-                      f"median  ({r['reason']})", flush=True)
+                      f"median{times}  ({r['reason']})", flush=True)
+    if client is not None:
+        client.close()
     if args.out_json:
         with open(args.out_json, "w") as f:
             json.dump({"n": args.n, "d": args.d, "kind": args.kind, "eps": eps, "sample_rows": args.sample_rows,
-                       "rows": rows}, f, indent=1)
+                       "workers": args.workers, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
