@@ -661,3 +661,23 @@ def test_slab_plan_says_when_its_shape_comes_from_a_grown_radius():
         plan = dj.plan_join(x, eps=0.001, partitioning="slabs", memory_budget="2MB", backend="cpu")
     dj.clear_cache()
     assert "placed by the sample's pairs at" in plan.explain()
+
+
+def test_sample_pairs_listed_only_for_plans_of_several_partitions():
+    """One partition never reads where the sample's pairs lie: they are not listed (20 ms of a 200 ms join at
+    200k x 2-d); several partitions get them, as listed by the estimate itself."""
+    from daskjoin.planning import estimate
+
+    x = np.random.default_rng(2).random((60_000, 2))
+    dj.clear_cache()
+    one = dj.plan_join(x, eps=0.005, backend="cpu")
+    assert len(one.partitions) == 1 and one.estimate.pair_rows is None
+    many = dj.plan_join(x, eps=0.005, backend="cpu", memory_budget="2MB", partitioning="chunk_pairs")
+    assert len(many.partitions) > 1 and many.estimate.pair_rows is not None
+    from daskjoin.planning.bounds import block_stats
+
+    s = block_stats(many.a, None)
+    direct = estimate.estimate_pairs(s.sample, len(x), 0.005, rows_a=s.sample_rows)
+    for got, want in zip(many.estimate.pair_rows, direct.pair_rows):
+        np.testing.assert_array_equal(got, want)
+    dj.clear_cache()

@@ -65,10 +65,13 @@ def _pair_rows(kernel, sample_a, sample_b, eps, rows_a, rows_b, hits: int):
 
 
 def estimate_pairs(sample_a: np.ndarray, n_a: int, eps: float, sample_b: np.ndarray | None = None, n_b: int | None = None,
-                   *, backend: str = "cpu", rows_a: np.ndarray | None = None, rows_b: np.ndarray | None = None) -> Estimate:
+                   *, backend: str = "cpu", rows_a: np.ndarray | None = None, rows_b: np.ndarray | None = None,
+                   list_pairs: bool = True) -> Estimate:
     """``backend="gpu"`` where the join will run on a GPU: the sample is counted there (the same exact
     count), so a GPU run need not load the CPU kernels at all.  ``rows_a``/``rows_b``: the input rows of
-    the sampled rows; given, the estimate also says where the sampled pairs lie (``pair_rows``)."""
+    the sampled rows; given, the estimate also says where the sampled pairs lie (``pair_rows``), unless
+    ``list_pairs`` is False (the planner lists them only for a plan of several partitions:
+    :func:`sample_pair_rows`)."""
     sample_a, rows_a = _thin(sample_a, rows_a)
     sample_b, rows_b = _thin(sample_b, rows_b)
     kernel = get_kernel("grid", backend)
@@ -90,8 +93,16 @@ def estimate_pairs(sample_a: np.ndarray, n_a: int, eps: float, sample_b: np.ndar
         upper=min(upper_hits * scale, float(total_pairs)),
         sampled_pairs=int(hits),
         sample_size=size,
-        pair_rows=_pair_rows(kernel, sample_a, sample_b, eps, rows_a, rows_b, int(hits)),
+        pair_rows=_pair_rows(kernel, sample_a, sample_b, eps, rows_a, rows_b, int(hits)) if list_pairs else None,
     )
+
+
+def sample_pair_rows(est: Estimate, sample_a: np.ndarray, eps: float, sample_b: np.ndarray | None = None, *,
+                     backend: str = "cpu", rows_a: np.ndarray | None = None, rows_b: np.ndarray | None = None):
+    """The ``pair_rows`` of an estimate made with ``list_pairs=False`` (the same sample, eps and rows)."""
+    sample_a, rows_a = _thin(sample_a, rows_a)
+    sample_b, rows_b = _thin(sample_b, rows_b)
+    return _pair_rows(get_kernel("grid", backend), sample_a, sample_b, eps, rows_a, rows_b, est.sampled_pairs)
 
 
 def shape_pairs(est: Estimate, sample_a: np.ndarray, eps: float, sample_b: np.ndarray | None = None, *,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from . import cache, cost
 from .bounds import block_stats, stats_cached
 from .chunk_pairs import block_rows_for, plan_block_pairs
 from ..kernels import SHARE_METHODS, resolve_backend
-from .estimate import estimate_pairs, shape_pairs
+from .estimate import estimate_pairs, sample_pair_rows, shape_pairs
 from .plan import PAIR_BYTES, Partition, Plan, PlanStep, fmt_bytes, row_bytes
 from .slabs import owner_rows, plan_slabs, slab_rows_for, split_dimension, work_cuts
 from .sorted_copy import SortedCopy, open_sorted, sort_in_memory, sorted_copy_exists
@@ -80,7 +81,7 @@ def _estimate(stats_a, n_a: int, eps: float, stats_b, n_b: int, fingerprints: tu
     backend = _sample_backend(gpu)
     est = estimate_pairs(stats_a.sample, n_a, eps, None if stats_b is None else stats_b.sample,
                          None if stats_b is None else n_b, backend=backend, rows_a=stats_a.sample_rows,
-                         rows_b=None if stats_b is None else stats_b.sample_rows)
+                         rows_b=None if stats_b is None else stats_b.sample_rows, list_pairs=False)
     return est if key is None else CACHE.put("estimates", key, est)
 
 
@@ -249,6 +250,10 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     cut = split > 1 and _split_rows(max(n_a, n_b, 1), split, a.chunk_rows) < rows  # the budget alone cuts fewer
     if cut:
         rows = _split_rows(max(n_a, n_b, 1), split, a.chunk_rows)
+    if cut or not fits:  # several partitions: where the sample's pairs lie places their estimates (one needs none)
+        est = replace(est, pair_rows=sample_pair_rows(
+            est, stats_a.sample, eps, None if stats_b is None else stats_b.sample, backend=_sample_backend(gpu),
+            rows_a=stats_a.sample_rows, rows_b=None if stats_b is None else stats_b.sample_rows))
     parts, kept = plan_block_pairs(stats_a, stats_b, eps, rows, est.upper, est.pair_rows,
                                    _too_heavy(memory_budget, a.d, est.upper, count_only, parallelism if split > 1 else 1,
                                                          chosen_method))
