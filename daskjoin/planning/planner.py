@@ -85,6 +85,12 @@ def _estimate(stats_a, n_a: int, eps: float, stats_b, n_b: int, fingerprints: tu
     return est if key is None else CACHE.put("estimates", key, est)
 
 
+def _sample(stats_a, stats_b, gpu: bool) -> dict:
+    """The planning sample's arguments of ``estimate``'s functions: B's sample, the backend, the input rows."""
+    return {"sample_b": None if stats_b is None else stats_b.sample, "backend": _sample_backend(gpu),
+            "rows_a": stats_a.sample_rows, "rows_b": None if stats_b is None else stats_b.sample_rows}
+
+
 def _sample_backend(gpu: bool) -> str:
     """Where the planning sample is joined: this process's GPU where the tasks will run on GPUs and it has one."""
     return "gpu" if gpu and resolve_backend("auto") == "gpu" else "cpu"
@@ -251,9 +257,7 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     if cut:
         rows = _split_rows(max(n_a, n_b, 1), split, a.chunk_rows)
     if cut or not fits:  # several partitions: where the sample's pairs lie places their estimates (one needs none)
-        est = replace(est, pair_rows=sample_pair_rows(
-            est, stats_a.sample, eps, None if stats_b is None else stats_b.sample, backend=_sample_backend(gpu),
-            rows_a=stats_a.sample_rows, rows_b=None if stats_b is None else stats_b.sample_rows))
+        est = replace(est, pair_rows=sample_pair_rows(est, stats_a.sample, eps, **_sample(stats_a, stats_b, gpu)))
     parts, kept = plan_block_pairs(stats_a, stats_b, eps, rows, est.upper, est.pair_rows,
                                    _too_heavy(memory_budget, a.d, est.upper, count_only, parallelism if split > 1 else 1,
                                                          chosen_method))
@@ -284,9 +288,7 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         if split > 1 and fewer < slab_rows:  # twice the workers: slabs differ in work where data are skewed along the key
             slab_rows = fewer
             reason += f"; at least {2 * split} slabs so that {parallelism} workers share them"
-        shape, grow = shape_pairs(est, stats_a.sample, eps, None if stats_b is None else stats_b.sample,
-                                  backend=_sample_backend(gpu), rows_a=stats_a.sample_rows,
-                                  rows_b=None if stats_b is None else stats_b.sample_rows)
+        shape, grow = shape_pairs(est, stats_a.sample, eps, **_sample(stats_a, stats_b, gpu))
         owners = _slab_owners(reader_a, stats_a, stats_b, shape, dim)
         cuts = work_cuts(n_a, slab_rows, owners, est.upper, memory_budget, 2 * row_bytes(a.d, 8, chosen_method),
                          held=not count_only)
