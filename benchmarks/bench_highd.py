@@ -70,7 +70,7 @@ def eps_for_k(x, k=64, sample=SAMPLE, seed=0):
     for r0 in range(0, len(x), 1 << 18):
         blk = cp.asarray(x[r0:r0 + (1 << 18)], cp.float32)
         d2 = cp.maximum(norms[:, None] + (blk * blk).sum(1)[None, :] - 2 * rows @ blk.T, 0)
-        kept.append(cp.sort(d2, axis=1)[:, :keep])
+        kept.append(cp.sort(d2, axis=1)[:, :keep].copy())  # a copy: a view would hold every sorted block
     d2 = cp.sort(cp.concatenate(kept, axis=1), axis=1)[:, 1:keep]  # drop the row itself
     return float(cp.sqrt(cp.sort(d2.ravel())[len(rows) * k - 1]).get())
 

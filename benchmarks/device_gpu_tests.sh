@@ -16,17 +16,24 @@ shard() {  # name, pytest arguments...
     local name=$1; shift
     python3 -m pytest -q -p no:cacheprovider -m gpu --timeout=600 "$@" > "$OUT/tests-$name.log" 2>&1
 }
+# in the background, on a machine of several GPUs the k-th on GPU k mod their count ("all": every GPU)
+ngpus=$(nvidia-smi -L | wc -l); [ "$ngpus" -gt 0 ] || ngpus=1
+pids=(); next=0
+launch() {  # gpus ("one" or "all"), name, pytest arguments...
+    local which=$1; shift
+    if [ "$which" = all ] || [ "$ngpus" -eq 1 ]; then shard "$@" & else CUDA_VISIBLE_DEVICES=$((next % ngpus)) shard "$@" & fi
+    pids+=($!); next=$((next + 1))
+}
 sets=tests/test_set_join.py
-pids=()
-shard ann tests/test_gpu.py tests/test_overhead.py tests/test_set_groups.py tests/test_cuda_sources.py -k "not method_options" & pids+=($!)
-shard options tests/test_gpu.py -k "method_options" & pids+=($!)
-shard registry tests/test_kernel_registry.py tests/test_knn_gpu.py tests/test_host_copy.py tests/test_work_report.py tests/test_brute_tc_gpu.py & pids+=($!)
-shard knn-tc tests/test_knn_tc_gpu.py & pids+=($!)
-shard clusters tests/test_gpu_cluster.py tests/test_memory_retry.py tests/test_query_shares.py -k "not rmm_pool" & pids+=($!)
-shard sets-block "$sets" -k "block" & pids+=($!)
-shard sets-thread "$sets" -k "thread" & pids+=($!)
-shard sets-path "$sets" -k "intersect_path" & pids+=($!)
-shard sets-default "$sets" -k "not block and not thread and not intersect_path" & pids+=($!)
+launch one ann tests/test_gpu.py tests/test_overhead.py tests/test_set_groups.py tests/test_cuda_sources.py -k "not method_options"
+launch one options tests/test_gpu.py -k "method_options"
+launch one registry tests/test_kernel_registry.py tests/test_knn_gpu.py tests/test_host_copy.py tests/test_work_report.py tests/test_brute_tc_gpu.py
+launch one knn-tc tests/test_knn_tc_gpu.py
+launch all clusters tests/test_gpu_cluster.py tests/test_memory_retry.py tests/test_query_shares.py -k "not rmm_pool"
+launch one sets-block "$sets" -k "block"
+launch one sets-thread "$sets" -k "thread"
+launch one sets-path "$sets" -k "intersect_path"
+launch one sets-default "$sets" -k "not block and not thread and not intersect_path"
 rc=0
 for pid in "${pids[@]}"; do
     wait "$pid" || rc=1

@@ -2,7 +2,7 @@
 """Where one partition's time goes: its batches (kernel and transfer), the order check or sort, the Parquet writes.
 
     python3 benchmarks/profile_task.py STORE --eps E [--part K] [--profile] [--memory-budget B]
-        [--partitioning auto|chunk_pairs|slabs] [--backend auto|cpu|gpu]
+        [--partitioning auto|chunk_pairs|slabs] [--backend auto|cpu|gpu] [--count]
 
 Plans the join in this process (as the CLI does), then runs partition K's steps one by one on
 the main thread with timers (and cProfile with ``--profile``), and prints a table.
@@ -27,6 +27,7 @@ def main() -> int:
     p.add_argument("--memory-budget", default=None)
     p.add_argument("--partitioning", default="auto")
     p.add_argument("--backend", default="auto")
+    p.add_argument("--count", action="store_true", help="time the rows' read and the count only")
     args = p.parse_args()
 
     import daskjoin as dj
@@ -43,6 +44,18 @@ def main() -> int:
     print(f"plan {time.perf_counter() - start:.2f} s")
     job = JoinJob.from_plan(plan, True)
     part = plan.partitions[args.part]
+    if args.count:
+        from daskjoin.kinds.epsilon import _Sides
+
+        for attempt in ("first", "again"):
+            t0 = time.perf_counter()
+            sides = _Sides(job, part)
+            t1 = time.perf_counter()
+            count = sides.count()
+            t2 = time.perf_counter()
+            print(f"{attempt}: read {t1 - t0:.3f} s, count {t2 - t1:.3f} s ({count:,} pairs)")
+            del sides
+        return 0
     rows = task.sort_rows(job)
     for attempt in ("first", "again"):
         t0 = time.perf_counter()

@@ -4,7 +4,7 @@ the filter kernel alone (CUDA events, nothing listed), the float64 decisions, th
 
     python3 benchmarks/profile_tc.py [--n 1000000] [--d 128] [--eps 0.296] [--filter fp16]
 
-Data: bench_highd.py's "expo" workload.  Prints one table; a diagnostic, not a benchmark of record.
+Data: a synth kind (``--kind``, default bench_highd.py's "expo" workload), eps given or for ``--k`` neighbours.  Prints one table; a diagnostic, not a benchmark of record.
 """
 from __future__ import annotations
 
@@ -14,20 +14,45 @@ import time
 import numpy as np
 
 
+def _generate(kind, n, d):
+    """The synthetic rows, generated block by block on every core (numpy's generators release the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from daskjoin.io.synth import block_rows, generate
+
+    step = block_rows(d) * 8
+    x = np.empty((n, d), np.float32)
+
+    def fill(r0):
+        x[r0:r0 + step] = generate(kind, n, d, seed=0, start=r0, stop=min(n, r0 + step))
+
+    with ThreadPoolExecutor() as pool:
+        list(pool.map(fill, range(0, n, step)))
+    return x
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--n", type=int, default=1_000_000)
     p.add_argument("--d", type=int, default=128)
     p.add_argument("--eps", type=float, default=0.296)
     p.add_argument("--filter", default="fp16")
+    p.add_argument("--kind", default="expo", help="synth kind (expo, embeddings, ...)")
+    p.add_argument("--k", type=int, default=None, help="eps for about k neighbours a point (overrides --eps)")
+    p.add_argument("--shares", type=int, default=4, help="also time one of this many query shares (0: no)")
     args = p.parse_args()
 
     import cupy as cp
 
-    from daskjoin.io.synth import generate
     from daskjoin.kernels import brute_gpu, tc_quant
 
-    x = generate("expo", args.n, args.d, seed=0)
+    x = _generate(args.kind, args.n, args.d)
+    if args.k:
+        import os
+        import sys
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from bench_highd import eps_for_k
+        args.eps = eps_for_k(x, args.k)
     brute_gpu.GpuBruteJoin(x[:1000], None, args.eps, filter=args.filter).count()  # compile
 
     def timed(fn):
@@ -46,6 +71,9 @@ def main() -> int:
     rows["  to_device64 (host -> device, float64)"], xd = timed(lambda: to_device64(x))
     rows["  pivot_order (locality order)"], perm = timed(lambda: brute_gpu.pivot_order(xd, 128))
     rows["  _Side (order, gather, boxes)"], side = timed(lambda: brute_gpu._Side(xd, join.A.lo[0] * 0, 128, False))
+    from daskjoin.kernels.grid_gpu import device_bounds
+
+    rows["  device_bounds"], _ = timed(lambda: device_bounds(xd, None))
     centre = cp.zeros(args.d)
     rows["  _spread"], _ = timed(lambda: brute_gpu._spread(xd, centre))
     L = tc_quant.levels(join.filter, args.d)
@@ -75,8 +103,14 @@ def main() -> int:
     rows["filter kernel alone (events)"] = kernel_s
     rows["count (driver, prepared join)"], count = timed(join.count)
     rows["count from numpy (new join)"], _ = timed(lambda: brute_gpu.GpuBruteJoin(x, None, args.eps, filter=args.filter).count())
+    if args.shares > 1:
+        rows[f"  one of {args.shares} shares: setup"], share = timed(
+            lambda: brute_gpu.GpuBruteJoin(x, None, args.eps, filter=args.filter, share=(0, args.shares)))
+        rows[f"  one of {args.shares} shares: count"], _ = timed(share.count)
+        del share
     macs = 2.0 * npairs * 128 * 128 * (rowbytes // (1 if join.filter == "int8" else 2))
-    print(f"{args.n:,} x {args.d} expo, eps {args.eps}, filter {join.filter}: {count:,} pairs, {npairs:,} tile pairs")
+    print(f"{args.n:,} x {args.d} {args.kind}, eps {args.eps}, filter {join.filter}: {count:,} pairs, {npairs:,} tile pairs "
+          f"({join.kept_fraction:.4f} of all kept)")
     for k, v in rows.items():
         print(f"{k:48s} {v:8.3f} s")
     print(f"filter kernel alone: {macs / kernel_s / 1e12:.0f} TOPS")

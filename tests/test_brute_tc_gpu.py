@@ -105,14 +105,21 @@ def test_every_filter_gives_the_same_arrays(d):
         assert all(np.array_equal(p, q) for p, q in zip(got, cross["fp32"])), f
 
 
+@pytest.mark.parametrize("groups", [None, 16, 3])
 @pytest.mark.parametrize("selfjoin", [True, False])
 @pytest.mark.parametrize("filt", ["fp32", "int8"])
-def test_tile_pairs_kernel_matches_the_box_rule(selfjoin, filt):
+def test_tile_pairs_kernel_matches_the_box_rule(selfjoin, filt, groups, monkeypatch):
     """tile_box_near keeps exactly the tile pairs whose box gap, squared and summed in dimension order in
-    float64, is at most eps^2 (boxes touching at exactly eps included), in row-major order."""
+    float64, is at most eps^2 (boxes touching at exactly eps included), in row-major order; so does the
+    two-level test through groups of tiles (``groups``: tiles a group, the last group short)."""
     import cupy as cp
 
+    from daskjoin.kernels import brute_gpu
     from daskjoin.kernels.brute_gpu import GpuBruteJoin
+
+    if groups is not None:
+        monkeypatch.setattr(brute_gpu, "DIRECT_PAIRS", 0)
+        monkeypatch.setattr(brute_gpu, "GROUP", groups)
 
     rng = np.random.default_rng(5)
 
@@ -225,3 +232,37 @@ def test_tensor_core_filter_through_plan_tasks_and_parquet(tmp_path, fmt):
         back = pd.read_parquet(str(tmp_path / "out.parquet"))
         assert res.pairs == len(back) == len(expected[0])
         assert_same_pairs((back.i.to_numpy(), back.j.to_numpy(), back.dist.to_numpy()), expected)
+
+
+@pytest.mark.parametrize("case", CASES[::3], ids=[c.name for c in CASES[::3]])
+def test_two_level_tile_test_gives_the_oracle_pairs(case, monkeypatch):
+    """Every filter through groups of two tiles (the test large joins take) gives the oracle's pairs."""
+    from daskjoin.kernels import brute_gpu
+
+    monkeypatch.setattr(brute_gpu, "DIRECT_PAIRS", 0)
+    monkeypatch.setattr(brute_gpu, "GROUP", 2)
+    want_self = oracle_self_pairs(case.a, case.eps)
+    want_cross = oracle_cross_pairs(case.a, _b(case), case.eps)
+    for f in ("fp32", "fp16", "int8"):
+        kernel = get_kernel("brute", "gpu", filter=f, tile=8 if f == "fp32" else None)
+        assert_same_pairs(kernel.self_join(case.a, case.eps), want_self, context=f"{f} {case.name} self")
+        assert_same_pairs(kernel.cross_join(case.a, _b(case), case.eps), want_cross, context=f"{f} {case.name} cross")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (255, 3), (257, 128), (70_000, 5)])
+def test_column_extremes_match_numpy(shape, dtype):
+    import cupy as cp
+
+    from daskjoin.kernels.grid_gpu import column_extremes, device_bounds
+
+    rng = np.random.default_rng(shape[0])
+    x = ((rng.random(shape) - 0.5) * 10.0 ** rng.integers(-3, 6, shape)).astype(dtype)
+    lo, hi = column_extremes(cp.asarray(x))
+    np.testing.assert_array_equal(lo.get(), x.min(axis=0))
+    np.testing.assert_array_equal(hi.get(), x.max(axis=0))
+    b = x[: max(1, shape[0] // 3)] * 2
+    both = np.concatenate([x, b])
+    got = device_bounds(cp.asarray(x), None, cp.asarray(b))
+    np.testing.assert_array_equal(got[0], both.min(axis=0).astype(np.float64))
+    np.testing.assert_array_equal(got[1], both.max(axis=0).astype(np.float64))

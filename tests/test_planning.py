@@ -516,6 +516,10 @@ def test_choose_partitioning():
     assert got == "slabs" and "prune poorly" in reason and "90%" in reason
     assert cost.choose_partitioning("auto", fits_one_task=False, kept_fraction=0.02, nblocks=100)[0] == "chunk_pairs"
     assert cost.choose_partitioning("auto", fits_one_task=False, kept_fraction=0.021, nblocks=100)[0] == "slabs"
+    # slabs that would read each row 3 times against block pairs that read it 4 times, or 4.5 times
+    got, reason = cost.choose_partitioning("auto", fits_one_task=False, kept_fraction=1.0, nblocks=4, slab_reads=3.0)
+    assert got == "chunk_pairs" and "slabs would too" in reason and "read 3.0 times (block pairs: 4.0)" in reason
+    assert cost.choose_partitioning("auto", fits_one_task=False, kept_fraction=0.9, nblocks=5, slab_reads=3.0)[0] == "slabs"
 
 
 def test_auto_partitioning_in_plans(client, tmp_path):
@@ -527,6 +531,11 @@ def test_auto_partitioning_in_plans(client, tmp_path):
     p2 = dj.plan_join(write_zarr(tmp_path / "c.zarr", clustered, 200), eps=0.02, memory_budget="32KiB",
                       client=client)
     p3 = dj.plan_join(shuffled, eps=0.02, client=client)
+    # unit vectors in 64-d: boxes overlap, and so would slabs (eps is most of one coordinate's spread)
+    sphere = rng.standard_normal((2000, 64))
+    sphere /= np.linalg.norm(sphere, axis=1, keepdims=True)
+    p4 = dj.plan_join(write_zarr(tmp_path / "e.zarr", sphere, 200), eps=1.0, memory_budget="256KiB", client=client)
+    assert p4.partitioning == "chunk_pairs" and "slabs would too" in p4.partitioning_reason and p4.ntasks > 1
     assert p1.partitioning == "slabs" and "prune poorly" in p1.partitioning_reason
     assert p2.partitioning == "chunk_pairs" and "prune well" in p2.partitioning_reason
     assert p3.partitioning == "chunk_pairs" and p3.ntasks == 1 and "fits one task" in p3.partitioning_reason

@@ -9,7 +9,10 @@ one block and one chunk.
 """
 from __future__ import annotations
 
+import collections
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from numbers import Integral
 
 import numpy as np
@@ -240,11 +243,23 @@ def synth(
         attrs.update(n_topics=n_topics(n), rank=EMBED_RANK, spread=EMBED_SPREAD, noise=EMBED_NOISE,
                      duplicates=EMBED_DUPLICATES)
     step = block_rows(d)
+
+    def block(start):
+        return generate(kind, n, d, seed=seed, start=start, stop=min(n, start + step))
+
+    # blocks are generated on every core (numpy's generators and array operations release the GIL; each
+    # block has its own generator) and written in order, a bounded number ahead
+    workers = max(1, min(os.cpu_count() or 1, 32))
     with ZarrPointsWriter(
         out, d=d, dtype=np.float32, chunk_rows=chunk_rows, overwrite=overwrite, attrs=attrs, expected_rows=n
-    ) as writer:
+    ) as writer, ThreadPoolExecutor(workers, thread_name_prefix="daskjoin-synth") as pool:
+        pending = collections.deque()
         for start in range(0, n, step):
-            writer.append(generate(kind, n, d, seed=seed, start=start, stop=min(n, start + step)))
+            pending.append(pool.submit(block, start))
+            if len(pending) > 2 * workers:
+                writer.append(pending.popleft().result())
+        while pending:
+            writer.append(pending.popleft().result())
     return writer.path
 
 

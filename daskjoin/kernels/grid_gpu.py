@@ -13,6 +13,7 @@ Outputs larger than ``max_pairs`` come out in batches of items, each of at most 
 """
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -79,9 +80,45 @@ def device_bounds(*sides):
     if not parts:
         d = next(x.shape[1] for x in sides if x is not None)
         return np.zeros(d), np.zeros(d)
-    lo = cp.min(cp.stack([x.min(axis=0) for x in parts]), axis=0).get()
-    hi = cp.max(cp.stack([x.max(axis=0) for x in parts]), axis=0).get()
+    extremes = [column_extremes(x) for x in parts]
+    lo = cp.min(cp.stack([e[0] for e in extremes]), axis=0).get()
+    hi = cp.max(cp.stack([e[1] for e in extremes]), axis=0).get()
     return lo.astype(np.float64), hi.astype(np.float64)
+
+
+#: rows a thread of ``column_extremes`` reads down its column
+_EXTREMES_ROWS = 256
+
+
+@functools.lru_cache(maxsize=None)
+def _extremes_kernel():
+    return cupy().ElementwiseKernel(
+        "raw T x, int64 n, int64 d, int64 rows", "T lo, T hi",
+        """
+        const long long c = i % d, r0 = (i / d) * rows, r1 = min(n, r0 + rows);
+        T a = x[r0 * d + c], b = a;
+        for (long long r = r0 + 1; r < r1; ++r) {
+            const T v = x[r * d + c];
+            a = v < a ? v : a;
+            b = v > b ? v : b;
+        }
+        lo = a;
+        hi = b;
+        """, "daskjoin_column_extremes")
+
+
+def column_extremes(x):
+    """Per-column min and max of a non-empty C-contiguous ``(n, d)`` device array (NaN-free, as every input is).
+
+    Threads side by side read neighbouring columns of a run of rows, then the runs' extremes are reduced:
+    CuPy's ``x.min(axis=0)`` gives each column to one block and took 0.26 s on 10M x 128 float64 (H100)."""
+    cp = cupy()
+    x = cp.ascontiguousarray(x)
+    n, d = x.shape
+    runs = -(-n // _EXTREMES_ROWS)
+    lo, hi = cp.empty((runs, d), x.dtype), cp.empty((runs, d), x.dtype)
+    _extremes_kernel()(x, np.int64(n), np.int64(d), np.int64(_EXTREMES_ROWS), lo, hi)
+    return lo.min(axis=0), hi.max(axis=0)
 
 
 class _DeviceIndex:

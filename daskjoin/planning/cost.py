@@ -53,14 +53,25 @@ def parallel_split(parallelism: int, *, rows: int, pairs: float, products: float
     return int(parallelism) if big else 1
 
 
-def choose_partitioning(requested: str, *, fits_one_task: bool, kept_fraction: float, nblocks: int) -> tuple[str, str]:
-    """Chunk pairs when they prune well (or one task suffices); slabs over a sorted copy otherwise."""
+def choose_partitioning(requested: str, *, fits_one_task: bool, kept_fraction: float, nblocks: int,
+                        slab_reads: float = 1.0) -> tuple[str, str]:
+    """Chunk pairs when they prune well (or one task suffices); slabs over a sorted copy otherwise.
+
+    Rows read, a row's worth each: the kept block pairs read ``kept_fraction * nblocks`` (two blocks a pair);
+    slabs read ``slab_reads`` (a slab and eps on either side of it) plus one pass that writes the sorted copy.
+    Slabs win only where they read less: on high-dimensional data one coordinate's spread is a few eps, and
+    every slab would read most rows again."""
     if requested != "auto":
         return requested, "requested"
     if fits_one_task:
         return "chunk_pairs", "the whole join fits one task's memory budget"
-    if kept_fraction <= 2.0 / max(1, nblocks):
+    chunk_reads = kept_fraction * max(1, nblocks)
+    if chunk_reads <= 2.0:
         return "chunk_pairs", f"block boxes prune well ({kept_fraction:.1%} of block pairs kept)"
+    if chunk_reads <= 1.0 + slab_reads:
+        return "chunk_pairs", (
+            f"block boxes prune poorly ({kept_fraction:.0%} of block pairs kept), but slabs would too: with eps on "
+            f"either side each row would be read {slab_reads:.1f} times (block pairs: {chunk_reads:.1f})")
     return "slabs", (
         f"block boxes prune poorly ({kept_fraction:.0%} of block pairs kept): "
         "overlapping slabs over a sorted copy read each row about once"

@@ -231,6 +231,22 @@ def make_plan(a: Source, b: Source | None, eps: float, *, method: str, partition
     return plan if key is None else CACHE.put("plans", key, plan)
 
 
+def _slab_reads(stats_a, stats_b, eps: float, n_a: int, n_b: int, d: int, held: float, memory_budget: int,
+                method: str) -> float:
+    """How many times slabs would read a row of A, from A's sample: slabs of equal rows along the split
+    dimension, as many as the budget needs, each reading its rows and those within eps on either side."""
+    lo = stats_a.lo_all if stats_b is None else np.minimum(stats_a.lo_all, stats_b.lo_all)
+    hi = stats_a.hi_all if stats_b is None else np.maximum(stats_a.hi_all, stats_b.hi_all)
+    keys = np.sort(stats_a.sample[:, split_dimension(lo, hi)]) if len(lo) else np.zeros(0)
+    if not len(keys):
+        return 1.0
+    slabs = min(len(keys), -(-max(n_a, 1) // slab_rows_for(memory_budget, n_a, n_b, d, held, method)))
+    edges = np.arange(slabs + 1) * len(keys) // slabs
+    first, last = keys[edges[:-1]], keys[edges[1:] - 1]
+    reads = np.searchsorted(keys, last + eps, side="right") - np.searchsorted(keys, first - eps, side="left")
+    return float(reads.sum()) / len(keys)
+
+
 def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitioning: str, backend: str,
                memory_budget: int, runner, gpu: bool, gpu_options: tuple, count_only: bool = False,
                parallelism: int = 1, share_backend: str | None = None) -> Plan:
@@ -265,7 +281,9 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     if cut and not fits:  # the pruning the budget's blocks would have: the kept share of the uncut plan
         _, kept = plan_block_pairs(stats_a, stats_b, eps, budget_rows, est.upper)
     chosen, reason = cost.choose_partitioning(partitioning, fits_one_task=fits, kept_fraction=kept,
-                                              nblocks=-(-max(n_a, 1) // budget_rows))
+                                              nblocks=-(-max(n_a, 1) // budget_rows),
+                                              slab_reads=_slab_reads(stats_a, stats_b, eps, n_a, n_b, a.d, held,
+                                                                     memory_budget, chosen_method))
     tag = _share_tag(chosen_method, share_backend)
     if cut and fits and chosen == "chunk_pairs" and tag:
         parts = _query_shares(n_a, None if b is None else n_b, split, est.upper, tag)

@@ -55,26 +55,33 @@ extern "C" __global__ void brute_filter(
     }
 }
 
-// The gap between the boxes of tiles p0 + r and q, squared and summed in dimension order in float64, for
-// r < rows, q < nq: out[r * nq + q].  Rounding is monotone, so it is at most the float64 value of any pair
-// of rows inside the boxes (the kNN filter's pruning, kernels/knn_tc.py).
+// The gap between two boxes, squared and summed in dimension order in float64 (monotone rounding, so at most
+// the float64 value of any pair of rows inside them; and no less for boxes inside these).  With a finite
+// ``stop`` the sum ends once past it: the answer to "within stop?" is the same.
+__device__ __forceinline__ double box_gap2(const double* __restrict__ al, const double* __restrict__ ah,
+                                           const double* __restrict__ bl, const double* __restrict__ bh, int d,
+                                           double stop) {
+    double total = 0.0;
+    for (int m = 0; m < d && total <= stop; ++m) {
+        const double gap = fmax(fmax(__dsub_rn(bl[m], ah[m]), __dsub_rn(al[m], bh[m])), 0.0);
+        total = __dadd_rn(total, __dmul_rn(gap, gap));
+    }
+    return total;
+}
+
+// The gap between the boxes of tiles p0 + r and q for r < rows, q < nq, squared (box_gap2): out[r * nq + q]
+// (the kNN filter's pruning, kernels/knn_tc.py).
 extern "C" __global__ void tile_box_d2(const double* __restrict__ alo, const double* __restrict__ ahi,
                                        const double* __restrict__ blo, const double* __restrict__ bhi, i64 p0,
                                        i64 rows, i64 nq, int d, double* __restrict__ out) {
     const i64 k = blockIdx.x * (i64)blockDim.x + threadIdx.x;
     if (k >= rows * nq) return;
     const i64 p = p0 + k / nq, q = k % nq;
-    double total = 0.0;
-    for (int m = 0; m < d; ++m) {
-        const double gap = fmax(fmax(__dsub_rn(blo[q * d + m], ahi[p * d + m]), __dsub_rn(alo[p * d + m], bhi[q * d + m])), 0.0);
-        total = __dadd_rn(total, __dmul_rn(gap, gap));
-    }
-    out[k] = total;
+    out[k] = box_gap2(alo + p * d, ahi + p * d, blo + q * d, bhi + q * d, d, __longlong_as_double(0x7ff0000000000000LL));  // no early end
 }
 
-// Which tile pairs (p0 + r, q), r < rows, q < nq, may hold a pair: near[r * nq + q] = 1 where the gap between
-// their boxes, squared and summed in dimension order in float64, is at most eps2 (self-join: q >= p only).
-// The sum only grows, so it stops once past eps2.  One thread per tile pair: the boxes of every tile of the
+// Which tile pairs (p0 + r, q), r < rows, q < nq, may hold a pair: near[r * nq + q] = 1 where box_gap2 of their
+// boxes is at most eps2 (self-join: q >= p only).  One thread per tile pair: the boxes of every tile of the
 // GEMM-form filters in one launch, where an elementwise pass per dimension took 0.3 s at 7,800 tiles.
 extern "C" __global__ void tile_box_near(const double* __restrict__ alo, const double* __restrict__ ahi,
                                          const double* __restrict__ blo, const double* __restrict__ bhi, i64 p0,
@@ -83,18 +90,24 @@ extern "C" __global__ void tile_box_near(const double* __restrict__ alo, const d
     const i64 k = blockIdx.x * (i64)blockDim.x + threadIdx.x;
     if (k >= rows * nq) return;
     const i64 p = p0 + k / nq, q = k % nq;
-    if (selfjoin && q < p) {
-        near[k] = 0;
-        return;
-    }
-    const double* al = alo + p * d;
-    const double* ah = ahi + p * d;
-    const double* bl = blo + q * d;
-    const double* bh = bhi + q * d;
-    double total = 0.0;
-    for (int m = 0; m < d && total <= eps2; ++m) {
-        const double gap = fmax(fmax(__dsub_rn(bl[m], ah[m]), __dsub_rn(al[m], bh[m])), 0.0);
-        total = __dadd_rn(total, __dmul_rn(gap, gap));
-    }
-    near[k] = total <= eps2;
+    near[k] = !(selfjoin && q < p) && box_gap2(alo + p * d, ahi + p * d, blo + q * d, bhi + q * d, d, eps2) <= eps2;
+}
+
+// The same test for the g x g tile pairs inside each listed pair of groups (sp[s], sq[s]) of g tiles:
+// near[(s * g + r) * g + c] = 1 for tiles p = sp[s] g + r < na, q = sq[s] g + c < nb (self-join: q >= p) whose
+// boxes are within eps2.  A group's box holds its tiles' boxes, so a group pair that fails the test holds no
+// tile pair that passes it (box_gap2 is monotone): testing the tiles of the listed groups alone keeps the
+// same tile pairs as testing them all.
+extern "C" __global__ void tile_box_near_in(const double* __restrict__ alo, const double* __restrict__ ahi,
+                                            const double* __restrict__ blo, const double* __restrict__ bhi,
+                                            const i64* __restrict__ sp, const i64* __restrict__ sq, i64 ngroups,
+                                            int g, i64 na, i64 nb, int d, double eps2, int selfjoin,
+                                            unsigned char* __restrict__ near) {
+    const i64 k = blockIdx.x * (i64)blockDim.x + threadIdx.x;
+    if (k >= ngroups * g * g) return;
+    const i64 s = k / ((i64)g * g);
+    const int rc = (int)(k - s * g * g);
+    const i64 p = sp[s] * g + rc / g, q = sq[s] * g + rc % g;
+    near[k] = p < na && q < nb && !(selfjoin && q < p) &&
+              box_gap2(alo + p * d, ahi + p * d, blo + q * d, bhi + q * d, d, eps2) <= eps2;
 }
