@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from .caches import CACHE
 from .execution import graph
 from .execution.cluster import ClusterRunner
-from .execution.resources import (auto_budget, choose_backend, cluster_id, gpu_seen, gpu_signature, task_slots,
-                                  worker_info)
+from .execution.resources import (auto_budget, choose_backend, cluster_id, gpu_memory, gpu_seen, gpu_signature,
+                                  task_slots, worker_info)
 from .io.parquet_out import OutputRun, check_replaceable
 from .io.zarr_in import ZarrSource, open_points
 from .kinds.epsilon import JoinJob
@@ -172,7 +172,8 @@ def _plan(checked, *, method, partitioning, backend, client, gpu_options=None, c
     plan = make_plan(src_a, src_b, eps, method=method, partitioning=partitioning, backend=resolved_backend,
                      memory_budget=budget, runner=ClusterRunner(client), gpu=on_gpu, cluster=cluster_id(client),
                      count_only=count_only, parallelism=parallelism,
-                     share_backend=_share_backend(share_backend, resolved_backend, on_gpu, client, workers, parallelism))
+                     share_backend=_share_backend(share_backend, resolved_backend, on_gpu, client, workers, parallelism),
+                     device_memory=gpu_memory(client, workers) if on_gpu else 0)
     if options:
         key = (id(plan), options)
         hit = CACHE.get("plan-options", key)

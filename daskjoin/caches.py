@@ -28,6 +28,7 @@ CAPS = {
     "frames": 16,           # execution.graph: cache key -> (owner, Dask DataFrame)
     "flock": 64,            # io.commit: device id -> whether flock works on that file system
     "gpu-seen": 64,         # api: (client id, worker addresses) -> {worker: sees a GPU}
+    "gpu-memory": 64,       # api: (client id, worker addresses) -> {worker: its GPU's bytes}
     "plan-options": 16,     # api: (id(plan), gpu options) -> (plan, plan with those options)
 }
 #: Cap of a namespace not named in :data:`CAPS`.

@@ -541,6 +541,35 @@ def test_auto_partitioning_in_plans(client, tmp_path):
     assert p3.partitioning == "chunk_pairs" and p3.ntasks == 1 and "fits one task" in p3.partitioning_reason
 
 
+def test_gpu_tasks_fit_by_host_rows_and_a_share_of_the_device(tmp_path):
+    """A GPU task holds its rows as read on the host and their float64 copies and index on the device: a join
+    fits one task where the rows fit the budget and their copies a share of the GPU (``DEVICE_SHARE``)."""
+    import types
+
+    from daskjoin.planning import planner
+    from daskjoin.planning.plan import DEVICE_SHARE, host_row_bytes
+
+    n, d = 2000, 64
+    x = np.random.default_rng(21).standard_normal((n, d)).astype(np.float32)
+    src = open_points(write_zarr(tmp_path / "x.zarr", x, 200), "A")
+    runner = types.SimpleNamespace(map=lambda f, items: [f(i) for i in items])
+    budget = 2 * n * host_row_bytes(d)  # the rows as read fit; their CPU working copies would not
+    assert n * row_bytes(d, 8, "brute") > budget
+    kw = dict(method="brute", partitioning="auto", backend="gpu", memory_budget=budget, runner=runner, gpu=True,
+              count_only=True)
+    device = int(n * row_bytes(d, 8, "brute") / DEVICE_SHARE) + 1
+    one = planner.make_plan(src, None, 3.0, device_memory=device, **kw)
+    assert one.ntasks == 1 and "fits one task" in one.partitioning_reason
+    text = one.explain()
+    assert "device/task:" in text and "GPU of" in text
+    assert one.task_memory(one.partitions[0]) == n * host_row_bytes(d) <= budget
+    # a GPU too small for the copies, or no GPU known: blocks as before
+    assert planner.make_plan(src, None, 3.0, device_memory=device // 2, **kw).ntasks > 1
+    assert planner.make_plan(src, None, 3.0, device_memory=0, **kw).ntasks > 1
+    cpu = planner.make_plan(src, None, 3.0, **{**kw, "gpu": False, "backend": "cpu"}, device_memory=device)
+    assert cpu.ntasks > 1 and cpu.device_memory == 0 and "device/task" not in cpu.explain()
+
+
 # --------------------------------------------------------------------------- the plan
 
 

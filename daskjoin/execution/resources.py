@@ -148,6 +148,25 @@ def gpu_signature(client, workers: dict | None = None) -> str | None:
     return distinct.pop() if len(distinct) == 1 else None
 
 
+def gpu_memory(client, workers: dict | None = None) -> int:
+    """Bytes of the smallest GPU the GPU workers see (0 where none sees one); asked once per set of live workers."""
+    seen = gpu_seen(client, workers)
+    if not any(seen.values()):
+        return 0
+    key = (getattr(client, "id", None), frozenset(seen))
+    sizes = CACHE.get("gpu-memory", key)
+    if sizes is None:
+        sizes = CACHE.put("gpu-memory", key,
+                          {"local": _memory_or_zero()} if client is None else client.run(_memory_or_zero))
+    return min((v for v in sizes.values() if v), default=0)
+
+
+def _memory_or_zero() -> int:
+    from ..kernels.gpu_common import device_memory_bytes, gpu_available
+
+    return device_memory_bytes() if gpu_available() else 0
+
+
 def _signature_or_none():
     from ..kernels.gpu_common import device_signature, gpu_available
 

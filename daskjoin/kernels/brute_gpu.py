@@ -209,9 +209,9 @@ def listed_candidates(launch, npairs: int, room: int, per_pair: bool = False):
         yield cand, cand_pair, count, room
 
 
-#: tiles per group of the two-level box test (``near_tile_pairs``): about one pivot's region of the
-#: locality order (4,096 pivots, one per 16 tiles of 128 rows at 8M rows)
-GROUP = 16
+#: tiles per group of the two-level box test (``near_tile_pairs``).  H100, 10M x 128 embeddings (78,125 tiles,
+#: 4.2% of tile pairs kept): groups of 8 tiles 0.46 s, 16 0.82 s, 32 1.01 s, 64 1.10 s (benchmarks/profile_tc.py)
+GROUP = 8
 #: tile pairs tested directly, without groups, up to this many (a test of a few ms)
 DIRECT_PAIRS = 1 << 24
 

@@ -39,6 +39,11 @@ def device_signature() -> str:
     return f"{name}/{props['multiProcessorCount']}sm/cuda{cp.cuda.runtime.runtimeGetVersion()}/cupy{cp.__version__}"
 
 
+def device_memory_bytes() -> int:
+    """Total memory of this process's current device."""
+    return int(cupy().cuda.runtime.memGetInfo()[1])
+
+
 def cuda_source(name: str) -> str:
     """The source of ``cuda/<name>``, with its ``#include "X"`` lines of files in ``cuda/`` spliced in
     (NVRTC gets one string and no include path; nvcc reads the same includes itself)."""

@@ -28,6 +28,17 @@ def row_bytes(d: int, itemsize: int, method: str = "grid") -> int:
     return base
 
 
+def host_row_bytes(d: int, itemsize: int = 8) -> int:
+    """Host bytes one input row costs a GPU task: the row as read and its id (its float64 copies and index are
+    on the device, :func:`row_bytes`)."""
+    return d * itemsize + 16
+
+
+#: the share of a GPU's memory one task's rows may take on it (:func:`row_bytes` of them): the rest is for
+#: its output batches, the filter's candidates and whatever else the device holds
+DEVICE_SHARE = 0.4
+
+
 @dataclass(frozen=True)
 class Partition:
     """One task: a self-join of rows ``a`` (if ``self_part``) plus the cross join of rows ``a`` × rows ``b``
@@ -96,6 +107,7 @@ class Plan:
     steps: tuple[PlanStep, ...] = ()  # the passes over the data planning ran (or found cached)
     count_only: bool = False  # planned for output="count": tasks hold no pairs, so partitions size for rows only
     parallelism: int = 1  # the tasks its cluster runs at once, planned for (a large join is cut for them)
+    device_memory: int = 0  # bytes of the smallest GPU its tasks run on (0: CPU tasks, or not known)
 
     @property
     def ntasks(self) -> int:
@@ -106,8 +118,10 @@ class Plan:
         return self.a.d
 
     def task_memory(self, part: Partition) -> int:
+        """Host bytes of a task (a GPU task's rows take :func:`host_row_bytes`; their copies are on the device)."""
         pairs = 0 if self.count_only else int(part.est_pairs * PAIR_BYTES)
-        return part.rows * row_bytes(self.d, 8, self.method) + pairs
+        per_row = host_row_bytes(self.d) if self.device_memory else row_bytes(self.d, 8, self.method)
+        return part.rows * per_row + pairs
 
     def explain(self) -> str:
         """A human-readable account of the plan."""
@@ -124,6 +138,10 @@ class Plan:
             f"  memory/task:   up to ~{fmt_bytes(worst)} (budget {fmt_bytes(self.memory_budget)})"
             + (": a count holds no pairs" if self.count_only else ""),
         ]
+        if self.device_memory:
+            rows = max((p.rows for p in self.partitions), default=0)
+            lines.append(f"  device/task:   up to ~{fmt_bytes(rows * row_bytes(self.d, 8, self.method))} of the rows' copies "
+                         f"and index (GPU of {fmt_bytes(self.device_memory)})")
         if self.gpu_options:
             from ..options import METHOD_OPTIONS
 

@@ -25,7 +25,7 @@ from .bounds import block_stats, stats_cached
 from .chunk_pairs import block_rows_for, plan_block_pairs
 from ..kernels import SHARE_METHODS, resolve_backend
 from .estimate import estimate_pairs, sample_pair_rows, shape_pairs
-from .plan import PAIR_BYTES, Partition, Plan, PlanStep, fmt_bytes, row_bytes
+from .plan import DEVICE_SHARE, PAIR_BYTES, Partition, Plan, PlanStep, fmt_bytes, host_row_bytes, row_bytes
 from .slabs import owner_rows, plan_slabs, slab_rows_for, split_dimension, work_cuts
 from .sorted_copy import SortedCopy, open_sorted, sort_in_memory, sorted_copy_exists
 
@@ -206,7 +206,8 @@ def _inputs_token(fp_a: str | None, fp_b: str | None) -> str:
 
 def make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitioning: str, backend: str,
               memory_budget: int, runner, gpu: bool = False, gpu_options: tuple = (), cluster=None,
-              count_only: bool = False, parallelism: int = 1, share_backend: str | None = None) -> Plan:
+              count_only: bool = False, parallelism: int = 1, share_backend: str | None = None,
+              device_memory: int = 0) -> Plan:
     """Plan a join: one statistics pass per input (cached for Zarr), a sampled estimate, partitions.
 
     ``cluster`` identifies the cluster the plan is for (part of the in-process cache key).
@@ -216,18 +217,21 @@ def make_plan(a: Source, b: Source | None, eps: float, *, method: str, partition
     ``share_backend``: the backend every task of the plan will run on, where known ("cpu", "gpu", or
     "gpu:<device signature>" where every GPU agrees): a join one task could hold is then cut into query shares
     of that backend's driver instead of blocks (:func:`_share_tag`: the grid; GPU brute force given a signature).
+    ``device_memory``: bytes of the smallest GPU the tasks run on (``gpu`` plans): a join fits one task where its
+    rows as read fit the budget and their device copies a share of the GPU (:data:`.plan.DEVICE_SHARE`).
     """
     if partitioning not in PARTITIONINGS:
         raise InputError(f"partitioning must be one of {PARTITIONINGS}, got {partitioning!r}")
     options = (method, partitioning, backend, int(memory_budget), bool(gpu), tuple(gpu_options), cluster,
-               bool(count_only), int(parallelism), share_backend)
+               bool(count_only), int(parallelism), share_backend, int(device_memory))
     key = _plan_key(a, b, eps, options)
     hit = None if key is None else CACHE.get("plans", key)
     if hit is not None and _still_there(hit):
         return CACHE.put("plans", key, _reused(hit))
     plan = _make_plan(a, b, eps, method=method, partitioning=partitioning, backend=backend,
                       memory_budget=memory_budget, runner=runner, gpu=gpu, gpu_options=gpu_options,
-                      count_only=count_only, parallelism=parallelism, share_backend=share_backend)
+                      count_only=count_only, parallelism=parallelism, share_backend=share_backend,
+                      device_memory=device_memory if gpu else 0)
     return plan if key is None else CACHE.put("plans", key, plan)
 
 
@@ -249,7 +253,7 @@ def _slab_reads(stats_a, stats_b, eps: float, n_a: int, n_b: int, d: int, held: 
 
 def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitioning: str, backend: str,
                memory_budget: int, runner, gpu: bool, gpu_options: tuple, count_only: bool = False,
-               parallelism: int = 1, share_backend: str | None = None) -> Plan:
+               parallelism: int = 1, share_backend: str | None = None, device_memory: int = 0) -> Plan:
     zarr_inputs = isinstance(a, ZarrSource) and (b is None or isinstance(b, ZarrSource))
     fp_a = cache.fingerprint(a) if zarr_inputs else None
     fp_b = cache.fingerprint(b) if zarr_inputs and b is not None else None
@@ -262,6 +266,9 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     total_rows = n_a + (0 if b is None else n_b)
     held = 0.0 if count_only else est.upper  # the pairs a task holds: none when it only counts them
     fits = total_rows * row_bytes(a.d, 8, chosen_method) + held * PAIR_BYTES <= memory_budget
+    if device_memory:  # GPU tasks: the host holds the rows as read, the device their float64 copies and index
+        fits = (total_rows * host_row_bytes(a.d) + held * PAIR_BYTES <= memory_budget
+                and total_rows * row_bytes(a.d, 8, chosen_method) <= DEVICE_SHARE * device_memory)
     rows = max(n_a, n_b, 1) if fits else block_rows_for(memory_budget, n_a, n_b, a.d, held, a.chunk_rows,
                                                         chosen_method)
     products = float(n_a) * float(n_b) * a.d if chosen_method in ("brute", "nlj") else 0.0
@@ -322,7 +329,7 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         reader_a=reader_a, reader_b=reader_b, partitions=parts, estimate=est,
         memory_budget=memory_budget, notes=tuple(notes), gpu_options=gpu_options,
         inputs_token=_inputs_token(fp_a, fp_b), steps=tuple(steps), count_only=bool(count_only),
-        parallelism=int(parallelism),
+        parallelism=int(parallelism), device_memory=int(device_memory),
     )
     worst = max(plan.task_memory(p) for p in parts)
     if worst > memory_budget:
