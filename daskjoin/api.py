@@ -152,15 +152,20 @@ def _share_backend(recorded, backend: str, on_gpu: bool, client, workers, parall
 
 
 def _plan(checked, *, method, partitioning, backend, client, gpu_options=None, count_only=False,
-          parallelism=None, share_backend="auto") -> Plan:
-    """The plan of checked inputs on ``client``'s cluster; ``parallelism`` (default: the cluster's task slots)
-    and ``share_backend`` (default: the backend every task of this cluster runs on, where one does) are given
-    where a resumed run must get the partitions it recorded."""
+          parallelism=None, share_backend="auto", device_memory=None) -> Plan:
+    """The plan of checked inputs on ``client``'s cluster; ``parallelism`` (default: the cluster's task slots),
+    ``share_backend`` (default: the backend every task of this cluster runs on, where one does) and
+    ``device_memory`` (default: the smallest GPU's where tasks run on GPUs under the automatic budget, which
+    counts host memory; 0 under a given budget, which bounds a task on the device too) are given where a
+    resumed run must get the partitions it recorded."""
     eps, src_a, src_b, budget = checked
     workers = worker_info(client) if budget == "auto" or backend != "cpu" else None
-    if budget == "auto":
+    automatic = budget == "auto"
+    if automatic:
         budget = auto_budget(client, workers)
     resolved_backend, on_gpu = choose_backend(backend, client, workers)
+    if device_memory is None:
+        device_memory = gpu_memory(client, workers) if on_gpu and automatic else 0
     if parallelism is None:
         parallelism = task_slots(client, on_gpu, workers)
     options = ()
@@ -173,7 +178,7 @@ def _plan(checked, *, method, partitioning, backend, client, gpu_options=None, c
                      memory_budget=budget, runner=ClusterRunner(client), gpu=on_gpu, cluster=cluster_id(client),
                      count_only=count_only, parallelism=parallelism,
                      share_backend=_share_backend(share_backend, resolved_backend, on_gpu, client, workers, parallelism),
-                     device_memory=gpu_memory(client, workers) if on_gpu else 0)
+                     device_memory=device_memory)
     if options:
         key = (id(plan), options)
         hit = CACHE.get("plan-options", key)
@@ -324,14 +329,15 @@ def similarity_join(a, b=None, *, eps, method: str = "auto", partitioning: str =
                            fields=("index", "a", "b", "self_part") + shared, eps=float(plan.eps), selfjoin=plan.selfjoin,
                            with_distance=bool(with_distance), memory_budget=int(plan.memory_budget),
                            **({"parallelism": int(plan.parallelism)} if plan.parallelism > 1 else {}),
-                           **({"shares": plan.partitions[0].share[2]} if shared else {}))
+                           **({"shares": plan.partitions[0].share[2]} if shared else {}),
+                           **({"device_memory": int(plan.device_memory)} if plan.device_memory else {}))
 
     def plan_for(budget, recorded):  # a resumed run is cut for the workers it was first planned for (no key: 1),
         # into the query shares of the backend it recorded (no key: blocks, as before shares existed)
         if not recorded:
             return _plan((*checked[:-1], budget), **plan_options)
         return _plan((*checked[:-1], budget), **plan_options, parallelism=recorded.get("parallelism", 1),
-                     share_backend=recorded.get("shares"))
+                     share_backend=recorded.get("shares"), device_memory=recorded.get("device_memory", 0))
 
     return write_join(out, overwrite, opts["resume"], checked[-1], plan_for, record,
                       lambda plan, limit: JoinJob.from_plan(plan, with_distance, limit), extra, client, progress)

@@ -11,7 +11,7 @@ from daskjoin.kernels import get_kernel
 from daskjoin.kernels.gpu_common import gpu_available
 
 from cases import CASES, LATTICE_EPS, lattice_points
-from oracle import assert_same_pairs, oracle_cross_pairs, oracle_self_pairs
+from oracle import assert_same_pairs, oracle_cross_pairs, oracle_self_count, oracle_self_pairs
 
 pytestmark = [
     pytest.mark.gpu,
@@ -219,6 +219,29 @@ def test_gpu_task_frees_memory_and_raises(monkeypatch):
     with pytest.raises(cp.cuda.runtime.CUDARuntimeError):
         task.partition_frame(Partition(0, (0, 4), None, True, 0.0), job)
     assert cp.get_default_memory_pool().total_bytes() == 0
+
+
+def test_gpu_plans_under_the_automatic_budget_count_the_device(tmp_path):
+    """The automatic budget (host memory) sizes a GPU task's rows as read, the GPU their copies; a given budget
+    bounds both, as before.  A finished run resumed plans the same partitions (the record keeps the GPU's size)."""
+    import zarr
+    from distributed import Client
+
+    import daskjoin as dj
+
+    x = np.random.default_rng(9).random((3000, 20)).astype(np.float32)
+    path = str(tmp_path / "x.zarr")
+    zarr.create_array(path, shape=x.shape, chunks=(500, 20), dtype=x.dtype)[:] = x
+    with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:
+        auto = dj.plan_join(path, eps=0.5, backend="gpu", client=client)
+        assert auto.device_memory > 0 and "device/task:" in auto.explain()
+        given = dj.plan_join(path, eps=0.5, backend="gpu", memory_budget="400kB", client=client)
+        assert given.device_memory == 0 and given.ntasks > 1
+        out = str(tmp_path / "out.parquet")
+        first = dj.similarity_join(path, eps=0.5, backend="gpu", client=client, out=out)
+        again = dj.similarity_join(path, eps=0.5, backend="gpu", client=client, out=out, resume=True)
+        assert again.status == "finished" and again.pairs == first.pairs == oracle_self_count(x, 0.5)
+        assert again.plan.device_memory == auto.device_memory
 
 
 @pytest.mark.parametrize("partitioning", ["chunk_pairs", "slabs"])

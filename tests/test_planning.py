@@ -553,16 +553,16 @@ def test_gpu_tasks_fit_by_host_rows_and_a_share_of_the_device(tmp_path):
     x = np.random.default_rng(21).standard_normal((n, d)).astype(np.float32)
     src = open_points(write_zarr(tmp_path / "x.zarr", x, 200), "A")
     runner = types.SimpleNamespace(map=lambda f, items: [f(i) for i in items])
-    budget = 2 * n * host_row_bytes(d)  # the rows as read fit; their CPU working copies would not
+    budget = 2 * n * host_row_bytes(d, 4)  # the float32 rows as read fit; their CPU working copies would not
     assert n * row_bytes(d, 8, "brute") > budget
-    kw = dict(method="brute", partitioning="auto", backend="gpu", memory_budget=budget, runner=runner, gpu=True,
-              count_only=True)
+    kw = dict(method="brute", partitioning="chunk_pairs", backend="gpu", memory_budget=budget, runner=runner,
+              gpu=True, count_only=True)
     device = int(n * row_bytes(d, 8, "brute") / DEVICE_SHARE) + 1
     one = planner.make_plan(src, None, 3.0, device_memory=device, **kw)
-    assert one.ntasks == 1 and "fits one task" in one.partitioning_reason
+    assert one.ntasks == 1
     text = one.explain()
     assert "device/task:" in text and "GPU of" in text
-    assert one.task_memory(one.partitions[0]) == n * host_row_bytes(d) <= budget
+    assert one.task_memory(one.partitions[0]) == n * host_row_bytes(d, 4) <= budget  # float32 rows as read
     # a GPU too small for the copies, or no GPU known: blocks as before
     assert planner.make_plan(src, None, 3.0, device_memory=device // 2, **kw).ntasks > 1
     assert planner.make_plan(src, None, 3.0, device_memory=0, **kw).ntasks > 1

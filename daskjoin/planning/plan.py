@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..io.zarr_in import Source
 from .estimate import Estimate
 from .sorted_copy import SortedCopy
@@ -120,7 +122,8 @@ class Plan:
     def task_memory(self, part: Partition) -> int:
         """Host bytes of a task (a GPU task's rows take :func:`host_row_bytes`; their copies are on the device)."""
         pairs = 0 if self.count_only else int(part.est_pairs * PAIR_BYTES)
-        per_row = host_row_bytes(self.d) if self.device_memory else row_bytes(self.d, 8, self.method)
+        itemsize = max(np.dtype(s.dtype).itemsize for s in (self.a, self.b) if s is not None)
+        per_row = host_row_bytes(self.d, itemsize) if self.device_memory else row_bytes(self.d, 8, self.method)
         return part.rows * per_row + pairs
 
     def explain(self) -> str:

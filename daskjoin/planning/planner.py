@@ -71,8 +71,12 @@ def _reused(plan: Plan) -> Plan:
     return plan if notes == plan.notes else Plan(**{**plan.__dict__, "notes": notes})
 
 
+def _estimate_key(n_a: int, n_b: int, eps: float, fingerprints: tuple | None):
+    return None if fingerprints is None else (fingerprints, n_a, n_b, eps, config.get("sample-rows"))
+
+
 def _estimate(stats_a, n_a: int, eps: float, stats_b, n_b: int, fingerprints: tuple | None, gpu: bool = False):
-    key = None if fingerprints is None else (fingerprints, n_a, n_b, eps, config.get("sample-rows"))
+    key = _estimate_key(n_a, n_b, eps, fingerprints)
     hit = None if key is None else CACHE.get("estimates", key)
     if hit is not None:
         return hit
@@ -82,6 +86,15 @@ def _estimate(stats_a, n_a: int, eps: float, stats_b, n_b: int, fingerprints: tu
     est = estimate_pairs(stats_a.sample, n_a, eps, None if stats_b is None else stats_b.sample,
                          None if stats_b is None else n_b, backend=backend, rows_a=stats_a.sample_rows,
                          rows_b=None if stats_b is None else stats_b.sample_rows, list_pairs=False)
+    return est if key is None else CACHE.put("estimates", key, est)
+
+
+def _listed(est, stats_a, stats_b, eps: float, gpu: bool, key):
+    """``est`` with its sample's pairs listed (``pair_rows``), kept with the cached estimate: the same rows on
+    either backend, so a later plan of the same input (a GPU run after a CPU one) lists nothing again."""
+    if est.pair_rows is not None:
+        return est
+    est = replace(est, pair_rows=sample_pair_rows(est, stats_a.sample, eps, **_sample(stats_a, stats_b, gpu)))
     return est if key is None else CACHE.put("estimates", key, est)
 
 
@@ -235,6 +248,11 @@ def make_plan(a: Source, b: Source | None, eps: float, *, method: str, partition
     return plan if key is None else CACHE.put("plans", key, plan)
 
 
+def _itemsize(a: Source, b: Source | None) -> int:
+    """Bytes of one stored coordinate (the larger of two inputs)."""
+    return max(np.dtype(s.dtype).itemsize for s in (a, b) if s is not None)
+
+
 def _slab_reads(stats_a, stats_b, eps: float, n_a: int, n_b: int, d: int, held: float, memory_budget: int,
                 method: str) -> float:
     """How many times slabs would read a row of A, from A's sample: slabs of equal rows along the split
@@ -267,7 +285,7 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     held = 0.0 if count_only else est.upper  # the pairs a task holds: none when it only counts them
     fits = total_rows * row_bytes(a.d, 8, chosen_method) + held * PAIR_BYTES <= memory_budget
     if device_memory:  # GPU tasks: the host holds the rows as read, the device their float64 copies and index
-        fits = (total_rows * host_row_bytes(a.d) + held * PAIR_BYTES <= memory_budget
+        fits = (total_rows * host_row_bytes(a.d, _itemsize(a, b)) + held * PAIR_BYTES <= memory_budget
                 and total_rows * row_bytes(a.d, 8, chosen_method) <= DEVICE_SHARE * device_memory)
     rows = max(n_a, n_b, 1) if fits else block_rows_for(memory_budget, n_a, n_b, a.d, held, a.chunk_rows,
                                                         chosen_method)
@@ -280,7 +298,7 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     if cut:
         rows = _split_rows(max(n_a, n_b, 1), split, a.chunk_rows)
     if cut or not fits:  # several partitions: where the sample's pairs lie places their estimates (one needs none)
-        est = replace(est, pair_rows=sample_pair_rows(est, stats_a.sample, eps, **_sample(stats_a, stats_b, gpu)))
+        est = _listed(est, stats_a, stats_b, eps, gpu, _estimate_key(n_a, n_b, eps, (fp_a, fp_b) if zarr_inputs else None))
     parts, kept = plan_block_pairs(stats_a, stats_b, eps, rows, est.upper, est.pair_rows,
                                    _too_heavy(memory_budget, a.d, est.upper, count_only, parallelism if split > 1 else 1,
                                                          chosen_method))
