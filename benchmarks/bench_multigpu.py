@@ -19,8 +19,9 @@ Parts (each row is written to the JSON as soon as it is measured):
   the pairs written checked against the count (manifest and Parquet footers), time, peak host memory (the
   machine's, sampled, and each worker's peak RSS), peak GPU memory (nvidia-smi per GPU, CuPy pool per worker).
 - ``highd``: ``daskjoin synth embeddings`` ``--highd-n`` x ``--highd-d`` in Zarr, eps for ~64 neighbours; the
-  exact count (GPU brute force, tensor-core filter) on each GPU count, largest first; a count predicted
-  to run past ``--deadline`` seconds from the start is skipped and says so.
+  exact count (GPU brute force, tensor-core filter) on each GPU count, largest first, ``--highd-repeat`` times
+  (the best after the first, which loads the kernels); a count predicted to run past ``--deadline`` seconds
+  from the start is skipped and says so.
 
 ``--cpu`` runs the same on CPU workers (a LocalCluster of g processes) at small sizes, to check the script.
 """
@@ -345,11 +346,12 @@ def highd(args, report, path, backend):
             client, start_s = start(g, args.cpu)
             opts = dict(eps=info["eps"], client=client, backend=backend, memory_budget=args.highd_budget)
             plan = dj.plan_join(store, output="count", **opts)
-            count, wall, stats = timed(client, "partition_count",
-                                       lambda: dj.similarity_join(store, output="count", **opts))
+            runs = [timed(client, "partition_count", lambda: dj.similarity_join(store, output="count", **opts))
+                    for _ in range(max(1, args.highd_repeat))]
+            count, wall, stats = min(runs[1:] or runs, key=lambda r: r[1])  # the first loads the kernels
             seconds[g] = wall
             row = {"gpus": g, "cluster_start_s": round(start_s, 2), "count": count, "count_s": round(wall, 2),
-                   "tasks": stats, "plan": plan.explain()}
+                   "count_first_s": round(runs[0][1], 2), "tasks": stats, "plan": plan.explain()}
         report["highd"]["rows"].append(row)
         save(report, path)
         print(json.dumps({k: v for k, v in row.items() if k != "plan"}), flush=True)
@@ -407,6 +409,8 @@ def main() -> None:
     ap.add_argument("--highd-n", type=int, default=10_000_000)
     ap.add_argument("--highd-d", type=int, default=128)
     ap.add_argument("--highd-budget", default="64GB", help="the count's tasks hold rows only")
+    ap.add_argument("--highd-repeat", type=int, default=2,
+                    help="counts on each GPU count; the best after the first (which loads the kernels) is reported")
     ap.add_argument("--deadline", type=float, default=560.0, help="seconds from start a highd count may end by")
     ap.add_argument("--cpu", action="store_true", help="CPU workers at small sizes: checks the script")
     ap.add_argument("--workdir", default=None)

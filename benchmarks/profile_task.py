@@ -48,12 +48,20 @@ def main() -> int:
         from daskjoin.kinds.epsilon import _Sides
 
         for attempt in ("first", "again"):
+            prof = cProfile.Profile() if args.profile and attempt == "first" else None
+            if prof:
+                prof.enable()
             t0 = time.perf_counter()
             sides = _Sides(job, part)
             t1 = time.perf_counter()
             count = sides.count()
             t2 = time.perf_counter()
+            if prof:
+                prof.disable()
             print(f"{attempt}: read {t1 - t0:.3f} s, count {t2 - t1:.3f} s ({count:,} pairs)")
+            if prof:
+                pstats.Stats(prof).sort_stats("cumtime").print_stats(40)
+                pstats.Stats(prof).sort_stats("tottime").print_stats(25)
             del sides
         return 0
     rows = task.sort_rows(job)

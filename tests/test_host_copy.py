@@ -1,5 +1,5 @@
-"""Device-to-host copies through reused pinned staging buffers (kernels/host_copy.py): the same bytes as
-``get``, in every chunking; the kNN rows and the ε-join's pageable batches that use them unchanged."""
+"""Copies through reused pinned staging buffers (kernels/host_copy.py): down, the same bytes as ``get``, up, the
+same as ``cupy.asarray``, in every chunking; the kNN rows and the ε-join's pageable batches unchanged."""
 from __future__ import annotations
 
 import threading
@@ -48,6 +48,31 @@ def test_to_pageable_gives_the_device_bytes(sizes, staged, request):
     for g, h in zip(got, host):
         assert g.dtype == h.dtype and g.shape == h.shape
         np.testing.assert_array_equal(g, h)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("shape,dtype", [((0,), np.int64), ((1,), np.float32), ((125,), np.int64),
+                                         ((3001, 3), np.float32), ((77, 129), np.float64)])
+@pytest.mark.parametrize("staged", [True, False])
+def test_to_device_gives_the_host_bytes(shape, dtype, staged, request):
+    """Up through the stages (every chunking), or directly (small, pinned): the same array; strided host
+    arrays arrive in C order; work queued after the copy sees the whole array."""
+    if staged:
+        request.getfixturevalue("small_stages")
+    from daskjoin.kernels.gpu_common import pinned_empty
+    from daskjoin.kernels.grid_gpu import to_device64
+
+    rng = np.random.default_rng(int(np.prod(shape)))
+    host = (rng.random(shape) * 1e6).astype(dtype)
+    for source in (host, host.T if host.ndim == 2 else host[::-1]):
+        got = host_copy.to_device(source)
+        assert got.dtype == source.dtype and got.shape == source.shape and got.flags.c_contiguous
+        np.testing.assert_array_equal((got * 1).get(), source)
+    pinned = pinned_empty(host.shape, host.dtype)
+    pinned[...] = host
+    np.testing.assert_array_equal(host_copy.to_device(pinned).get(), host)
+    np.testing.assert_array_equal(to_device64(host).get(), host.astype(np.float64))
 
 
 @pytest.mark.gpu

@@ -34,7 +34,7 @@ import numpy as np
 from . import tc_quant
 from .exact import NORM_FLOOR, eps_squared, error_constants
 from .gpu_common import cupy, device_budget_bytes, kernel, sorted_to_host, to_host
-from .grid_gpu import device_bounds, to_device64
+from .grid_gpu import device_bounds, on_device, to_device64
 from .pivot_chain import greedy_chain
 from .registry import bounded_ranges, split_batch, transfer_pairs
 from .shares import check_share
@@ -302,7 +302,7 @@ class GpuBruteJoin:
         # float32 inputs are decided from their float32 rows (the same float64 values, half the bytes)
         stored32 = all(getattr(x, "dtype", None) == np.float32 for x in (a, b) if x is not None)
         if stored32:  # moved once, as float32: cast to float64 on the device, kept for the decisions below
-            a, b = (None if x is None else cp.asarray(x) for x in (a, b))
+            a, b = (None if x is None else on_device(x) for x in (a, b))
         originals = (a, b)
         a = to_device64(a)
         b = None if b is None else to_device64(b)

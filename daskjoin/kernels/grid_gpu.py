@@ -67,10 +67,20 @@ def _synchronize_all(streams) -> None:
         raise error
 
 
+def on_device(x):
+    """Host or device rows on the device, in their own dtype (host rows through ``host_copy.to_device``)."""
+    cp = cupy()
+    if isinstance(x, cp.ndarray):
+        return x
+    from .host_copy import to_device
+
+    return to_device(np.asarray(x))
+
+
 def to_device64(x):
     """Host or device rows as a contiguous float64 device array (copied in their own dtype, cast there)."""
     cp = cupy()
-    return cp.ascontiguousarray(cp.asarray(x).astype(cp.float64, copy=False))
+    return cp.ascontiguousarray(on_device(x).astype(cp.float64, copy=False))
 
 
 def device_bounds(*sides):

@@ -1,4 +1,5 @@
-"""Device arrays into pageable host memory at pinned speed: two small reused pinned buffers, parallel unpacking.
+"""Copies between the device and pageable host memory at pinned speed: two small reused pinned buffers, parallel
+packing and unpacking (``to_pageable`` down, ``to_device`` up).
 
 Why: a copy from the device into fresh pageable memory (``cupy.ndarray.get``) runs at ~3.5 GB/s on an
 H100 host (768 MB of kNN rows in 0.22 s): the driver stages it through its own pinned buffer and one
@@ -123,3 +124,47 @@ def to_pageable(*arrays) -> tuple:
     finally:  # on an error too: no copy may still be writing a staging buffer when the next call takes it
         stream.synchronize()
     return outs
+
+
+def _pinned(host: np.ndarray) -> bool:
+    """Whether ``host`` lies in page-locked memory (CuPy's pinned pool, ``pinned_empty``)."""
+    cp = cupy()
+    try:
+        return cp.cuda.runtime.pointerGetAttributes(host.ctypes.data).type == cp.cuda.runtime.memoryTypeHost
+    except Exception:  # noqa: BLE001 - memory CUDA never saw: pageable
+        return False
+
+
+def to_device(host) -> "cupy.ndarray":
+    """A host array on the device (same shape and dtype, C order); returns when the copy is done.
+
+    Pageable memory goes up through this thread's two pinned staging buffers: copy threads fill one while
+    the device takes the other.  Through ``cupy.asarray`` the driver stages it with one thread: 5 GB of rows
+    read from Zarr took 4.6 s in a new process on an H100 host (0.5 s once warm).  Pinned or small arrays
+    are copied directly.
+    """
+    cp = cupy()
+    host = np.ascontiguousarray(host)
+    if host.nbytes < STAGED_MIN_BYTES or _pinned(host):
+        return cp.asarray(host)
+    out = cp.empty(host.shape, host.dtype)
+    src = host.reshape(-1).view(np.uint8)
+    stream = cp.cuda.get_current_stream()
+    stages, done = _stages(), [None, None]
+    try:
+        for c, at in enumerate(range(0, host.nbytes, STAGE_BYTES)):
+            piece = src[at:at + STAGE_BYTES]
+            mem, buf = stages[c % 2]
+            if done[c % 2] is not None:
+                done[c % 2].synchronize()  # the buffer's previous chunk is on the device
+
+            def copy(lo, hi):
+                buf[lo:hi] = piece[lo:hi]
+
+            _in_pieces(piece.shape[0], 1, copy)
+            cp.cuda.runtime.memcpyAsync(out.data.ptr + at, mem.ptr, piece.shape[0],
+                                        cp.cuda.runtime.memcpyHostToDevice, stream.ptr)
+            done[c % 2] = stream.record()
+    finally:  # on an error too: no upload may still be reading a staging buffer when the next call fills it
+        stream.synchronize()
+    return out
