@@ -108,6 +108,8 @@ def _parser() -> argparse.ArgumentParser:
     join_options(plan, eps_required=False)
     plan.add_argument("--knn", type=int, default=None, metavar="K",
                       help="plan a kNN-join with K neighbours per row instead of an ε-join (no --eps)")
+    plan.add_argument("--count", action="store_true",
+                      help="plan what 'join --count' runs: tasks that hold no pairs (partitions sized by rows)")
     plan.add_argument("--profile", type=int, nargs="?", const=1_000_000, default=None, metavar="ROWS",
                       help="also run the planned method here on the first ROWS rows (default 1,000,000) and print "
                            "the candidates per query point: min, median, p99, max (the work report)")
@@ -309,6 +311,8 @@ def _plan(args) -> int:
 
         if args.options:
             raise InputError("--option is an option of the ε-join's methods; a kNN-join (--knn) takes none")
+        if args.count:
+            raise InputError("--count plans an ε-join's count; a kNN-join (--knn) has no count")
 
         return plan_knn_command(args)
 
@@ -317,7 +321,7 @@ def _plan(args) -> int:
     _missing_chunks(args)
     dj.api.check_join_inputs(args.a, args.b, **common)
     common.update(tuning)
-    plan = dj.plan_join(args.a, args.b, client=_client(args), **common)
+    plan = dj.plan_join(args.a, args.b, client=_client(args), output="count" if args.count else "pairs", **common)
     print(plan.explain())
     if args.profile is not None:
         print(_work_report(args, plan))

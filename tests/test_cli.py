@@ -175,6 +175,11 @@ def test_plan_prints_explain(work, tmp_path, client):
     assert [line for line in out_lines if "note:" not in line] == same
     assert f"tasks:         {plan.ntasks}" in proc.stdout
     assert not list(tmp_path.iterdir())
+    # --count plans what 'join --count' runs
+    proc = run_cli(["plan", work / "x.zarr", "--eps", "0.03", "--memory-budget", "64KiB", "--count"], tmp_path)
+    assert proc.returncode == 0, _explain(proc)
+    counted = dj.plan_join(str(work / "x.zarr"), eps=0.03, memory_budget="64KiB", output="count", client=client)
+    assert "a count holds no pairs" in proc.stdout and f"tasks:         {counted.ntasks}" in proc.stdout
 
 
 @pytest.mark.parametrize("fmt", ["npy", "csv"])
@@ -230,6 +235,7 @@ BAD = {
     "plan-eps": (["plan", "{w}/x.zarr", "--eps", "-0.5"], ["eps must be a positive finite number"]),
     "plan-missing": (["plan", "{w}/nope.zarr", "--eps", "0.5"], ["no Zarr store", "nope.zarr"]),
     "plan-group": (["plan", "{w}/group.zarr", "--eps", "0.5"], ["group, not an array"]),
+    "plan-knn-count": (["plan", "{w}/x.zarr", "--knn", "3", "--count"], ["--count", "kNN-join"]),
     "synth-kind": (["synth", "gaussian", "{w}/OUT", "--n", "10", "--d", "2"], ["unknown synthetic data kind", "gaussian"]),
     "synth-n": (["synth", "uniform", "{w}/OUT", "--n", "-3", "--d", "2"], ["n (number of points)", "-3"]),
     "synth-existing": (["synth", "uniform", "{w}/x.zarr", "--n", "10", "--d", "2"], ["already exists", "x.zarr"]),
