@@ -249,6 +249,21 @@ def test_two_level_tile_test_gives_the_oracle_pairs(case, monkeypatch):
         assert_same_pairs(kernel.cross_join(case.a, _b(case), case.eps), want_cross, context=f"{f} {case.name} cross")
 
 
+@pytest.mark.parametrize("filt", ["fp32", "fp16"])
+def test_two_level_tile_test_of_far_apart_sides(filt, monkeypatch):
+    """A x B with no group of tiles near: no tile pairs, no pairs (and sides that touch at one tile)."""
+    from daskjoin.kernels import brute_gpu
+
+    monkeypatch.setattr(brute_gpu, "DIRECT_PAIRS", 0)
+    monkeypatch.setattr(brute_gpu, "GROUP", 2)
+    rng = np.random.default_rng(3)
+    a, b = rng.random((2000, 20)), rng.random((1500, 20)) + 10.0
+    kernel = get_kernel("brute", "gpu", filter=filt)
+    assert kernel.cross_count(a, b, 0.5) == 0 and len(kernel.cross_join(a, b, 0.5)[0]) == 0
+    b[-1] = a[7]  # one row of B on one of A: one pair, one tile pair
+    assert_same_pairs(kernel.cross_join(a, b, 0.5), oracle_cross_pairs(a, b, 0.5))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(1, 1), (255, 3), (257, 128), (70_000, 5)])
 def test_column_extremes_match_numpy(shape, dtype):

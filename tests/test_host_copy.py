@@ -72,6 +72,8 @@ def test_to_device_gives_the_host_bytes(shape, dtype, staged, request):
     pinned = pinned_empty(host.shape, host.dtype)
     pinned[...] = host
     np.testing.assert_array_equal(host_copy.to_device(pinned).get(), host)
+    if host.size:  # pinned memory is told from pageable memory (the direct path is taken for it)
+        assert host_copy._pinned(pinned) and not host_copy._pinned(host)
     np.testing.assert_array_equal(to_device64(host).get(), host.astype(np.float64))
 
 

@@ -518,7 +518,8 @@ def test_choose_partitioning():
     assert cost.choose_partitioning("auto", fits_one_task=False, kept_fraction=0.021, nblocks=100)[0] == "slabs"
     # slabs that would read each row 3 times against block pairs that read it 4 times, or 4.5 times
     got, reason = cost.choose_partitioning("auto", fits_one_task=False, kept_fraction=1.0, nblocks=4, slab_reads=3.0)
-    assert got == "chunk_pairs" and "slabs would too" in reason and "read 3.0 times (block pairs: 4.0)" in reason
+    assert got == "chunk_pairs" and "slabs would too" in reason and "read 3.0 times its rows" in reason
+    assert "block pairs read each row 4.0 times" in reason
     assert cost.choose_partitioning("auto", fits_one_task=False, kept_fraction=0.9, nblocks=5, slab_reads=3.0)[0] == "slabs"
 
 
@@ -568,6 +569,15 @@ def test_gpu_tasks_fit_by_host_rows_and_a_share_of_the_device(tmp_path):
     assert planner.make_plan(src, None, 3.0, device_memory=0, **kw).ntasks > 1
     cpu = planner.make_plan(src, None, 3.0, **{**kw, "gpu": False, "backend": "cpu"}, device_memory=device)
     assert cpu.ntasks > 1 and cpu.device_memory == 0 and "device/task" not in cpu.explain()
+    # pairs held too (a budget with room for them): one task, not halved back by the CPU rows' cost
+    pairs = planner.make_plan(src, None, 3.0, **{**kw, "count_only": False, "memory_budget": 1 << 30},
+                              device_memory=device)
+    assert pairs.ntasks == 1
+    assert planner.make_plan(src, None, 3.0, **{**kw, "count_only": False, "memory_budget": 1 << 30},
+                             device_memory=device // 3).ntasks > 1
+    # blocks within the device's share: each task's rows at most DEVICE_SHARE of the GPU
+    small = planner.make_plan(src, None, 3.0, device_memory=device // 3, **kw)
+    assert max(p.rows for p in small.partitions) * row_bytes(d, 8, "brute") <= DEVICE_SHARE * (device // 3)
 
 
 # --------------------------------------------------------------------------- the plan

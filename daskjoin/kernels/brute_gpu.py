@@ -232,6 +232,8 @@ def near_tile_pairs(a_boxes, b_boxes, eps2: float, selfjoin: bool):
         return _near_pairs(alo, ahi, blo, bhi, eps2, selfjoin)
     groups = [_group_boxes(lo, hi, GROUP) for lo, hi in ((alo, ahi), (blo, bhi))]
     sp, sq = _near_pairs(*groups[0], *groups[1], eps2, selfjoin)
+    if not sp.size:  # no group pair near (A x B far apart)
+        return cp.zeros(0, cp.int64), cp.zeros(0, cp.int64)
     per_launch = max(1, (256 << 20) // (GROUP * GROUP))  # at most 256 MiB of flags at a time
     keys = []
     for s0 in range(0, int(sp.shape[0]), per_launch):

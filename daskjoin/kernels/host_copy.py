@@ -146,7 +146,9 @@ def to_device(host) -> "cupy.ndarray":
     cp = cupy()
     host = np.ascontiguousarray(host)
     if host.nbytes < STAGED_MIN_BYTES or _pinned(host):
-        return cp.asarray(host)
+        out = cp.asarray(host)  # from pinned memory asynchronous: done before the caller may write it again
+        cp.cuda.get_current_stream().synchronize()
+        return out
     out = cp.empty(host.shape, host.dtype)
     src = host.reshape(-1).view(np.uint8)
     stream = cp.cuda.get_current_stream()

@@ -58,9 +58,9 @@ def choose_partitioning(requested: str, *, fits_one_task: bool, kept_fraction: f
     """Chunk pairs when they prune well (or one task suffices); slabs over a sorted copy otherwise.
 
     Rows read, a row's worth each: the kept block pairs read ``kept_fraction * nblocks`` (two blocks a pair);
-    slabs read ``slab_reads`` (a slab and eps on either side of it) plus one pass that writes the sorted copy.
-    Slabs win only where they read less: on high-dimensional data one coordinate's spread is a few eps, and
-    every slab would read most rows again."""
+    slabs read at most ``slab_reads`` (the heaviest slab's rows as a multiple of its own: the slab and eps
+    above it) plus one pass that writes the sorted copy.  Slabs win only where they read less: on
+    high-dimensional data one coordinate's spread is a few eps, and the first slab would read every row."""
     if requested != "auto":
         return requested, "requested"
     if fits_one_task:
@@ -70,8 +70,9 @@ def choose_partitioning(requested: str, *, fits_one_task: bool, kept_fraction: f
         return "chunk_pairs", f"block boxes prune well ({kept_fraction:.1%} of block pairs kept)"
     if chunk_reads <= 1.0 + slab_reads:
         return "chunk_pairs", (
-            f"block boxes prune poorly ({kept_fraction:.0%} of block pairs kept), but slabs would too: with eps on "
-            f"either side each row would be read {slab_reads:.1f} times (block pairs: {chunk_reads:.1f})")
+            f"block boxes prune poorly ({kept_fraction:.0%} of block pairs kept), but slabs would too: with eps "
+            f"beside it a slab would read {slab_reads:.1f} times its rows (block pairs read each row "
+            f"{chunk_reads:.1f} times)")
     return "slabs", (
         f"block boxes prune poorly ({kept_fraction:.0%} of block pairs kept): "
         "overlapping slabs over a sorted copy read each row about once"

@@ -127,13 +127,22 @@ def _sorted(source: Source, dim: int, stats, runner, budget: int, fingerprint: s
 BALANCE_SLACK = 1.25
 
 
-def _too_heavy(budget: int, d: int, pairs_upper: float, count_only: bool, parallelism: int, method: str = "grid"):
-    """The test whether a block pair of ``rows`` rows and ``est`` estimated pairs is to be halved: its pairs
-    would not fit the budget beside its rows, or (several workers) it alone holds more than a worker's share.
-    ``est`` is the block pair's lower estimate (:meth:`.chunk_pairs._Estimator.floor`): sampling noise alone
-    never cuts one."""
+def _task_rows(a: Source, b: Source | None, method: str, device_memory: int) -> tuple[int, float]:
+    """``(bytes a row costs a task in host memory, rows a task may hold)``: a CPU task holds everything on the
+    host (``row_bytes``); a GPU task (``device_memory``) its rows as read, their float64 copies and index being
+    on the device, of which its rows may take ``DEVICE_SHARE``."""
+    if not device_memory:
+        return row_bytes(a.d, 8, method), float("inf")
+    return host_row_bytes(a.d, _itemsize(a, b)), DEVICE_SHARE * device_memory // row_bytes(a.d, 8, method)
+
+
+def _too_heavy(budget: int, per_row: int, row_cap: float, pairs_upper: float, count_only: bool, parallelism: int):
+    """The test whether a block pair of ``rows`` rows and ``est`` estimated pairs is to be halved: more rows than
+    a task may hold (``_task_rows``), its pairs would not fit the budget beside its rows, or (several workers)
+    it alone holds more than a worker's share.  ``est`` is the block pair's lower estimate
+    (:meth:`.chunk_pairs._Estimator.floor`): sampling noise alone never cuts one."""
     def heavy(rows: int, est: float) -> bool:
-        if not count_only and rows * row_bytes(d, 8, method) + est * PAIR_BYTES > budget:
+        if rows > row_cap or (not count_only and rows * per_row + est * PAIR_BYTES > budget):
             return True
         return parallelism > 1 and est > BALANCE_SLACK * pairs_upper / parallelism
     return heavy
@@ -255,8 +264,10 @@ def _itemsize(a: Source, b: Source | None) -> int:
 
 def _slab_reads(stats_a, stats_b, eps: float, n_a: int, n_b: int, d: int, held: float, memory_budget: int,
                 method: str) -> float:
-    """How many times slabs would read a row of A, from A's sample: slabs of equal rows along the split
-    dimension, as many as the budget needs, each reading its rows and those within eps on either side."""
+    """The rows the heaviest slab would read, as a multiple of its own, from A's sample: slabs of equal rows
+    along the split dimension, as many as the budget needs, each reading its rows and those within eps above
+    it (A x B: on either side).  Slabs are sized for at most as many again; past that the slab's task outgrows
+    the budget, and where eps spans most of the data (high dimensions) the first slab reads every row."""
     lo = stats_a.lo_all if stats_b is None else np.minimum(stats_a.lo_all, stats_b.lo_all)
     hi = stats_a.hi_all if stats_b is None else np.maximum(stats_a.hi_all, stats_b.hi_all)
     keys = np.sort(stats_a.sample[:, split_dimension(lo, hi)]) if len(lo) else np.zeros(0)
@@ -265,8 +276,9 @@ def _slab_reads(stats_a, stats_b, eps: float, n_a: int, n_b: int, d: int, held: 
     slabs = min(len(keys), -(-max(n_a, 1) // slab_rows_for(memory_budget, n_a, n_b, d, held, method)))
     edges = np.arange(slabs + 1) * len(keys) // slabs
     first, last = keys[edges[:-1]], keys[edges[1:] - 1]
-    reads = np.searchsorted(keys, last + eps, side="right") - np.searchsorted(keys, first - eps, side="left")
-    return float(reads.sum()) / len(keys)
+    below = first if stats_b is None else first - eps
+    reads = np.searchsorted(keys, last + eps, side="right") - np.searchsorted(keys, below, side="left")
+    return float(np.max(reads / np.diff(edges)))
 
 
 def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitioning: str, backend: str,
@@ -283,12 +295,10 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     chosen_method, method_reason = cost.choose_method(method, a.d, gpu=gpu)
     total_rows = n_a + (0 if b is None else n_b)
     held = 0.0 if count_only else est.upper  # the pairs a task holds: none when it only counts them
-    fits = total_rows * row_bytes(a.d, 8, chosen_method) + held * PAIR_BYTES <= memory_budget
-    if device_memory:  # GPU tasks: the host holds the rows as read, the device their float64 copies and index
-        fits = (total_rows * host_row_bytes(a.d, _itemsize(a, b)) + held * PAIR_BYTES <= memory_budget
-                and total_rows * row_bytes(a.d, 8, chosen_method) <= DEVICE_SHARE * device_memory)
+    per_row, row_cap = _task_rows(a, b, chosen_method, device_memory)
+    fits = total_rows * per_row + held * PAIR_BYTES <= memory_budget and total_rows <= row_cap
     rows = max(n_a, n_b, 1) if fits else block_rows_for(memory_budget, n_a, n_b, a.d, held, a.chunk_rows,
-                                                        chosen_method)
+                                                        chosen_method, per_row=per_row, max_rows=row_cap // 2)
     products = float(n_a) * float(n_b) * a.d if chosen_method in ("brute", "nlj") else 0.0
     split = cost.parallel_split(parallelism, rows=total_rows, pairs=est.upper, products=products)
     # chunk pairs or slabs is the budget's choice: a cut for the workers must not turn chunk pairs into slabs
@@ -300,8 +310,8 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     if cut or not fits:  # several partitions: where the sample's pairs lie places their estimates (one needs none)
         est = _listed(est, stats_a, stats_b, eps, gpu, _estimate_key(n_a, n_b, eps, (fp_a, fp_b) if zarr_inputs else None))
     parts, kept = plan_block_pairs(stats_a, stats_b, eps, rows, est.upper, est.pair_rows,
-                                   _too_heavy(memory_budget, a.d, est.upper, count_only, parallelism if split > 1 else 1,
-                                                         chosen_method))
+                                   _too_heavy(memory_budget, per_row, row_cap, est.upper, count_only,
+                                              parallelism if split > 1 else 1))
     nblocks = -(-max(n_a, n_b, 1) // rows)
     if cut and not fits:  # the pruning the budget's blocks would have: the kept share of the uncut plan
         _, kept = plan_block_pairs(stats_a, stats_b, eps, budget_rows, est.upper)
