@@ -578,6 +578,14 @@ def test_gpu_tasks_fit_by_host_rows_and_a_share_of_the_device(tmp_path):
     # blocks within the device's share: each task's rows at most DEVICE_SHARE of the GPU
     small = planner.make_plan(src, None, 3.0, device_memory=device // 3, **kw)
     assert max(p.rows for p in small.partitions) * row_bytes(d, 8, "brute") <= DEVICE_SHARE * (device // 3)
+    # slabs too: sized by the host rows as read, their rows within the device's share
+    mem = MemorySource(x)
+    slab_kw = {**kw, "partitioning": "slabs", "memory_budget": 4 * n * host_row_bytes(d, 4) // 5}
+    gpu_slabs = planner.make_plan(mem, None, 3.0, device_memory=device, **slab_kw)
+    cpu_slabs = planner.make_plan(mem, None, 3.0, **{**slab_kw, "gpu": False, "backend": "cpu"})
+    assert gpu_slabs.ntasks < cpu_slabs.ntasks
+    capped = planner.make_plan(mem, None, 3.0, device_memory=device // 4, **slab_kw)
+    assert max(p.a[1] - p.a[0] for p in capped.partitions) * 2 * row_bytes(d, 8, "brute") <= DEVICE_SHARE * (device // 4)
 
 
 # --------------------------------------------------------------------------- the plan

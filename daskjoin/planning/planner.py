@@ -262,8 +262,14 @@ def _itemsize(a: Source, b: Source | None) -> int:
     return max(np.dtype(s.dtype).itemsize for s in (a, b) if s is not None)
 
 
-def _slab_reads(stats_a, stats_b, eps: float, n_a: int, n_b: int, d: int, held: float, memory_budget: int,
-                method: str) -> float:
+def _slab_row_cost(per_row: int, row_cap: float, memory_budget: int) -> float:
+    """Bytes a slab row costs against the budget, with an equal allowance for the rows it reaches: twice a
+    task's row (``_task_rows``), or more where the GPU's share caps a task's rows first."""
+    return max(2.0 * per_row, memory_budget / max(1.0, row_cap / 2))
+
+
+def _slab_reads(stats_a, stats_b, eps: float, n_a: int, n_b: int, held: float, memory_budget: int,
+                row_cost: float) -> float:
     """The rows the heaviest slab would read, as a multiple of its own, from A's sample: slabs of equal rows
     along the split dimension, as many as the budget needs, each reading its rows and those within eps above
     it (A x B: on either side).  Slabs are sized for at most as many again; past that the slab's task outgrows
@@ -273,7 +279,7 @@ def _slab_reads(stats_a, stats_b, eps: float, n_a: int, n_b: int, d: int, held: 
     keys = np.sort(stats_a.sample[:, split_dimension(lo, hi)]) if len(lo) else np.zeros(0)
     if not len(keys):
         return 1.0
-    slabs = min(len(keys), -(-max(n_a, 1) // slab_rows_for(memory_budget, n_a, n_b, d, held, method)))
+    slabs = min(len(keys), -(-max(n_a, 1) // slab_rows_for(memory_budget, n_a, n_b, 0, held, row_cost=row_cost)))
     edges = np.arange(slabs + 1) * len(keys) // slabs
     first, last = keys[edges[:-1]], keys[edges[1:] - 1]
     below = first if stats_b is None else first - eps
@@ -296,6 +302,7 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     total_rows = n_a + (0 if b is None else n_b)
     held = 0.0 if count_only else est.upper  # the pairs a task holds: none when it only counts them
     per_row, row_cap = _task_rows(a, b, chosen_method, device_memory)
+    slab_cost = _slab_row_cost(per_row, row_cap, memory_budget)
     fits = total_rows * per_row + held * PAIR_BYTES <= memory_budget and total_rows <= row_cap
     rows = max(n_a, n_b, 1) if fits else block_rows_for(memory_budget, n_a, n_b, a.d, held, a.chunk_rows,
                                                         chosen_method, per_row=per_row, max_rows=row_cap // 2)
@@ -317,8 +324,8 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         _, kept = plan_block_pairs(stats_a, stats_b, eps, budget_rows, est.upper)
     chosen, reason = cost.choose_partitioning(partitioning, fits_one_task=fits, kept_fraction=kept,
                                               nblocks=-(-max(n_a, 1) // budget_rows),
-                                              slab_reads=_slab_reads(stats_a, stats_b, eps, n_a, n_b, a.d, held,
-                                                                     memory_budget, chosen_method))
+                                              slab_reads=_slab_reads(stats_a, stats_b, eps, n_a, n_b, held,
+                                                                     memory_budget, slab_cost))
     tag = _share_tag(chosen_method, share_backend)
     if cut and fits and chosen == "chunk_pairs" and tag:
         parts = _query_shares(n_a, None if b is None else n_b, split, est.upper, tag)
@@ -336,15 +343,14 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         if b is not None:
             reader_b, note = _sorted_step("B", b, dim, stats_b, runner, memory_budget, fp_b, steps)
             notes.append(f"B {note}")
-        slab_rows = slab_rows_for(memory_budget, n_a, n_b, a.d, held, chosen_method)
+        slab_rows = slab_rows_for(memory_budget, n_a, n_b, a.d, held, chosen_method, row_cost=slab_cost)
         fewer = -(-max(n_a, 1) // (2 * split))
         if split > 1 and fewer < slab_rows:  # twice the workers: slabs differ in work where data are skewed along the key
             slab_rows = fewer
             reason += f"; at least {2 * split} slabs so that {parallelism} workers share them"
         shape, grow = shape_pairs(est, stats_a.sample, eps, **_sample(stats_a, stats_b, gpu))
         owners = _slab_owners(reader_a, stats_a, stats_b, shape, dim)
-        cuts = work_cuts(n_a, slab_rows, owners, est.upper, memory_budget, 2 * row_bytes(a.d, 8, chosen_method),
-                         held=not count_only)
+        cuts = work_cuts(n_a, slab_rows, owners, est.upper, memory_budget, slab_cost, held=not count_only)
         parts = plan_slabs(reader_a, reader_b, eps, slab_rows, est.upper, cuts, owners)
         reason += f"; split on dimension {dim}" + (
             "" if owners is None else "; slabs cut by estimated work (rows and sampled pairs"

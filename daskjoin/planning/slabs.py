@@ -28,9 +28,11 @@ def reach(eps: float, key: float) -> float:
     return eps * (1.0 + 1e-9) + 1e-12 * abs(key)
 
 
-def slab_rows_for(budget: int, n_a: int, n_b: int, d: int, pairs_upper: float, method: str = "grid") -> int:
-    """Rows per slab so that its rows, an equal allowance for B or its extension, and its pairs fit."""
-    per_row = 2 * row_bytes(d, 8, method)
+def slab_rows_for(budget: int, n_a: int, n_b: int, d: int, pairs_upper: float, method: str = "grid",
+                  row_cost: float | None = None) -> int:
+    """Rows per slab so that its rows, an equal allowance for B or its extension, and its pairs fit
+    (``row_cost``: the bytes a slab row costs with its allowance; twice ``row_bytes`` by default)."""
+    per_row = 2 * row_bytes(d, 8, method) if row_cost is None else row_cost
     per_row += PAIR_BYTES * pairs_upper / max(1, n_a)
     return int(max(1, min(n_a, budget // max(1.0, per_row))))
 
