@@ -82,15 +82,16 @@ def main() -> int:
     del xd, perm, side
     rows["  of which tile pairs"], _ = timed(join._tile_pairs)
     boxes = (join.A.lo, join.A.hi), (join.B.lo, join.B.hi)
-    for g in (8, 16, 32, 64):  # the two-level test's group size
+    default = brute_gpu.GROUP
+    for g in (4, 8, 16, 32):  # the two-level test's group size
         brute_gpu.GROUP = g
         rows[f"    tile pairs through groups of {g}"], _ = timed(
             lambda: brute_gpu.near_tile_pairs(*boxes, join.eps2, join.selfjoin))
-    brute_gpu.GROUP = 16
-    groups = [brute_gpu._group_boxes(lo, hi, 16) for lo, hi in boxes]
-    rows["    group pairs alone (16)"], (sp, _) = timed(
+    brute_gpu.GROUP = default
+    groups = [brute_gpu._group_boxes(lo, hi, default) for lo, hi in boxes]
+    rows[f"    group pairs alone ({default})"], (sp, _) = timed(
         lambda: brute_gpu._near_pairs(*groups[0], *groups[1], join.eps2, join.selfjoin))
-    print(f"kept group pairs (16): {int(sp.shape[0]):,} of {groups[0][0].shape[0] ** 2 // 2:,}")
+    print(f"kept group pairs ({default}): {int(sp.shape[0]):,} of {groups[0][0].shape[0] ** 2 // 2:,}")
     npairs = int(join.pairs_p.shape[0])
     xa, rowbytes = join.A.tc[:2]
     (qa, ra), (qb, rb) = tc_quant.kernel_bounds(join.A.tc[2], join.A.tc[3], 0.0, cp), join.bounds_b
