@@ -262,6 +262,13 @@ def _itemsize(a: Source, b: Source | None) -> int:
     return max(np.dtype(s.dtype).itemsize for s in (a, b) if s is not None)
 
 
+def _split_dim(stats_a, stats_b) -> int:
+    """The dimension slabs are cut along: the largest spread over both inputs."""
+    lo = stats_a.lo_all if stats_b is None else np.minimum(stats_a.lo_all, stats_b.lo_all)
+    hi = stats_a.hi_all if stats_b is None else np.maximum(stats_a.hi_all, stats_b.hi_all)
+    return split_dimension(lo, hi)
+
+
 def _slab_row_cost(per_row: int, row_cap: float, memory_budget: int) -> float:
     """Bytes a slab row costs against the budget, with an equal allowance for the rows it reaches: twice a
     task's row (``_task_rows``), or more where the GPU's share caps a task's rows first."""
@@ -274,9 +281,7 @@ def _slab_reads(stats_a, stats_b, eps: float, n_a: int, n_b: int, held: float, m
     along the split dimension, as many as the budget needs, each reading its rows and those within eps above
     it (A x B: on either side).  Slabs are sized for at most as many again; past that the slab's task outgrows
     the budget, and where eps spans most of the data (high dimensions) the first slab reads every row."""
-    lo = stats_a.lo_all if stats_b is None else np.minimum(stats_a.lo_all, stats_b.lo_all)
-    hi = stats_a.hi_all if stats_b is None else np.maximum(stats_a.hi_all, stats_b.hi_all)
-    keys = np.sort(stats_a.sample[:, split_dimension(lo, hi)]) if len(lo) else np.zeros(0)
+    keys = np.sort(stats_a.sample[:, _split_dim(stats_a, stats_b)]) if stats_a.sample.shape[1] else np.zeros(0)
     if not len(keys):
         return 1.0
     slabs = min(len(keys), -(-max(n_a, 1) // slab_rows_for(memory_budget, n_a, n_b, 0, held, row_cost=row_cost)))
@@ -335,9 +340,7 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         reason += f"; cut into {nblocks} blocks ({len(parts)} block pairs) so that {parallelism} workers share it"
     reader_a, reader_b, notes = a, b, []
     if chosen == "slabs":
-        lo = stats_a.lo_all if b is None else np.minimum(stats_a.lo_all, stats_b.lo_all)
-        hi = stats_a.hi_all if b is None else np.maximum(stats_a.hi_all, stats_b.hi_all)
-        dim = split_dimension(lo, hi)
+        dim = _split_dim(stats_a, stats_b)
         reader_a, note = _sorted_step("A", a, dim, stats_a, runner, memory_budget, fp_a, steps)
         notes.append(f"A {note}")
         if b is not None:
