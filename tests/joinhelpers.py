@@ -1,6 +1,8 @@
 """Helpers shared by the planning / execution / API / CLI tests (plain functions, no fixtures)."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from oracle import oracle_cross_pairs, oracle_self_pairs
@@ -101,3 +103,22 @@ def unique_sorted_pairs(frame) -> np.ndarray:
     assert not frame.duplicated(["i", "j"]).any(), "duplicate pairs"
     got = frame[["i", "j"]].to_numpy(np.int64)
     return got[np.lexsort((got[:, 1], got[:, 0]))]
+
+
+
+@contextlib.contextmanager
+def killable_cluster(n_workers: int):
+    """A client of ``n_workers`` single-threaded Nanny worker processes, for tests that SIGKILL workers.
+
+    The nanny of a killed worker stays for good: a ``SpecCluster`` closes the nanny of a worker still
+    missing ``distributed.deploy.lost-worker-timeout`` (15 s) after *a* loss under its name, so a second
+    kill landing 15 s after the first (while the nanny restarts the worker) would take the worker away for
+    the rest of the module (seen once in CI: "No valid workers found" on the one-worker cluster).
+    """
+    import dask
+    from distributed import Client, LocalCluster
+
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": "1 day"}), \
+            LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                         memory_limit=0) as cluster, Client(cluster) as client:
+        yield client

@@ -18,7 +18,7 @@ import pytest
 import daskjoin as dj
 from daskjoin.io import commit
 from daskjoin.io.parquet_out import OutputBusy, OutputRun
-from joinhelpers import exact_pairs, tree_bytes, write_zarr
+from joinhelpers import exact_pairs, killable_cluster, tree_bytes, write_zarr
 from oracle import oracle_self_count
 
 pytestmark = pytest.mark.integration
@@ -279,11 +279,8 @@ def test_file_lock_excludes_threads_of_one_process(tmp_path):
 
 @pytest.fixture(scope="module")
 def nanny_cluster():
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      memory_limit=0) as cluster, Client(cluster) as c:
-        yield c
+    with killable_cluster(2) as client:
+        yield client
 
 
 @pytest.mark.parametrize("trial", [0] + [pytest.param(t, marks=pytest.mark.slow) for t in range(1, 9)])

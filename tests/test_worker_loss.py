@@ -21,7 +21,7 @@ import pytest
 
 import daskjoin as dj
 from daskjoin.io import commit, parquet_out
-from joinhelpers import exact_pairs, unique_sorted_pairs, write_zarr
+from joinhelpers import exact_pairs, killable_cluster, unique_sorted_pairs, write_zarr
 
 pytestmark = pytest.mark.integration
 
@@ -104,11 +104,8 @@ def _join_and_kill(client, run, kill_when, attempts: int = 3):
 
 @pytest.fixture(scope="module")
 def four_workers():
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      memory_limit=0) as cluster, Client(cluster) as c:
-        yield c
+    with killable_cluster(4) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
@@ -142,11 +139,8 @@ def test_a_worker_killed_mid_run_loses_nothing(four_workers, store, tmp_path, at
 @pytest.fixture(scope="module")
 def one_worker():
     """daskjoin's own local cluster shape: one worker process."""
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      memory_limit=0) as cluster, Client(cluster) as c:
-        yield c
+    with killable_cluster(1) as client:
+        yield client
 
 
 def _wait_for_workers(client, n):
