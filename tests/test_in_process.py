@@ -178,16 +178,18 @@ _CACHE_PROBE = textwrap.dedent("""
 
 
 def test_compiled_kernels_are_reused_by_the_next_process(tmp_path):
-    """A new process loads the kernels the first one compiled (Numba's on-disk cache): no compilation."""
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    """A new process loads the kernels an earlier one compiled (Numba's on-disk cache): no compilation.
+
+    The cache is the suite's own (the first run fills it where it is still empty): an empty private
+    cache would compile every kernel of a join once more, ~45 s of the suite's time on 2 cores."""
     runs = []
     for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", _CACHE_PROBE], env=env, capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-c", _CACHE_PROBE], capture_output=True, text=True,
                               cwd=tmp_path, timeout=600)
         assert proc.returncode == 0, proc.stderr
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     first, second = runs
-    assert first["misses"] > 0  # compiled, into the empty cache
+    assert first["hits"] + first["misses"] > 0  # the probe saw the kernels it ran
     assert second["misses"] == 0 and second["hits"] > 0  # (callees compiled inside a cached caller are not loaded)
     assert first["n"] == second["n"] == second["rows"]
 

@@ -449,7 +449,7 @@ class GridJoin:
     def _estimated(self) -> float | None:
         """Pairs estimated from every ``SAMPLE_EVERY``-th block of cells; None where counting all is as cheap."""
         nblocks = -(-self.ncell // CELLS_PER_BLOCK)
-        if self._counts is not None or nblocks < SAMPLE_MIN_BLOCKS or self.shared:
+        if self._counts is not None or nblocks < max(1, SAMPLE_MIN_BLOCKS) or self.shared:
             return None  # (a share's cells are counted, then filled: the single pass covers all cells)
         sampled = np.concatenate(
             [np.arange(b * CELLS_PER_BLOCK, min((b + 1) * CELLS_PER_BLOCK, self.ncell)) for b in range(0, nblocks, SAMPLE_EVERY)]
