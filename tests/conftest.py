@@ -31,6 +31,19 @@ if "dask" in sys.modules:  # read at dask's import: an earlier import (a plugin)
 from joinhelpers import write_zarr  # noqa: E402
 
 
+#: files of long tests (subprocesses, clusters of their own, fresh compilations): run first, so that the
+#: two test processes of ``make test`` end together on the many short ones instead of one waiting on a
+#: two-minute test at the end (the suite's wall time is what CI and a newcomer wait for)
+LONG_FIRST = ("test_kernels_boundscheck.py", "test_worker_loss.py", "test_deploy.py", "test_resume.py",
+              "test_notebooks.py", "test_cli_safety.py", "test_cli.py", "test_cli_sets.py", "test_in_process.py",
+              "test_knn_adversarial.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: k for k, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FIRST)))  # stable: order kept within a file
+
+
 @pytest.fixture(scope="session")
 def cluster():
     from distributed import LocalCluster

@@ -705,7 +705,7 @@ def test_sbatch_script_is_valid_bash_with_gpu_directives():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("protocol", ["tcp", "tls"])
+@pytest.mark.parametrize("protocol", ["tcp", pytest.param("tls", marks=pytest.mark.slow)])  # TLS joins: test_tls.py
 def test_sbatch_script_runs_a_join_with_a_stand_in_srun(small_zarr, tmp_path, request, protocol):
     """The batch script end to end on this machine: ``srun`` runs its command once, CPU workers."""
     path, x = small_zarr
