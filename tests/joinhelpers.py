@@ -105,7 +105,6 @@ def unique_sorted_pairs(frame) -> np.ndarray:
     return got[np.lexsort((got[:, 1], got[:, 0]))]
 
 
-
 @contextlib.contextmanager
 def killable_cluster(n_workers: int):
     """A client of ``n_workers`` single-threaded Nanny worker processes, for tests that SIGKILL workers.
