@@ -4,7 +4,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.daskjoin-installed
 # test processes (pytest-xdist): two on the 2-core CI machine took the suite from 25.8 to 19.1 minutes;
-# with the tests' Dask clusters kept quiet and long files first (tests/conftest.py) 17.2 minutes
+# 17.2 with the tests' Dask clusters kept quiet, long files first (tests/conftest.py) and lighter
+# bounds-check and kernel-cache tests
 TEST_WORKERS ?= 2
 
 .PHONY: demo test test-all gpu-test bench wheelhouse wheelhouse-slim clean

@@ -7,13 +7,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from joinhelpers import QUIET_DASK_ENV
+
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 240
 
 
 def _env(**extra):
     """This environment without any scheduler settings, with the checkout importable."""
-    env = {k: v for k, v in os.environ.items() if k != "DASKJOIN_SCHEDULER" and not k.startswith("DASK_")}
+    env = {k: v for k, v in os.environ.items()
+           if k != "DASKJOIN_SCHEDULER" and (not k.startswith("DASK_") or k in QUIET_DASK_ENV)}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.update(extra)
     return env

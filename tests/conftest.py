@@ -14,21 +14,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# Dask's periodic work, in the environment so that spawned workers and CLI subprocesses take it too:
-# the statistical profiler (every 10 ms), the blocked-loop tick (20 ms) and the system monitor
-# (500 ms) cost an idle worker ~4% of a core and a scheduler with its client ~6%; the suite keeps
-# several clusters open at once on 2 cores.  Measured on the VM: 1.3 -> 0.15 CPU-s per idle worker
-# per 30 s.  Nothing here tests them.
-for _key, _value in (("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", "False"),
-                     ("DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL", "1s"),
-                     ("DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL", "2s")):
+from joinhelpers import QUIET_DASK_ENV, write_zarr  # noqa: E402
+
+# in the environment, so that spawned workers and CLI subprocesses take it too
+for _key, _value in QUIET_DASK_ENV.items():
     os.environ.setdefault(_key, _value)
 if "dask" in sys.modules:  # read at dask's import: an earlier import (a plugin) reads it again
     import dask.config
 
     dask.config.refresh()
-
-from joinhelpers import write_zarr  # noqa: E402
 
 
 #: files of long tests (subprocesses, clusters of their own, fresh compilations): run first, so that the

@@ -12,12 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from joinhelpers import QUIET_DASK_ENV
+
 BIN = Path(sys.executable).parent
 DASKJOIN = str(BIN / "daskjoin")
 
 
 def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "DASKJOIN_SCHEDULER" and not k.startswith("DASK_")}
+    env = {k: v for k, v in os.environ.items()
+           if k != "DASKJOIN_SCHEDULER" and (not k.startswith("DASK_") or k in QUIET_DASK_ENV)}
     env.update(extra)
     return env
 

@@ -23,6 +23,8 @@ import numpy as np
 import pytest
 import yaml
 
+from joinhelpers import QUIET_DASK_ENV
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 COMPOSE = ROOT / "docker-compose.yml"
@@ -39,7 +41,8 @@ def compose() -> dict:
 
 
 def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "DASKJOIN_SCHEDULER" and not k.startswith("DASK_")}
+    env = {k: v for k, v in os.environ.items()
+           if k != "DASKJOIN_SCHEDULER" and (not k.startswith("DASK_") or k in QUIET_DASK_ENV)}
     env.update(extra)
     return env
 

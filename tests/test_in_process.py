@@ -181,17 +181,22 @@ def test_compiled_kernels_are_reused_by_the_next_process(tmp_path):
     """A new process loads the kernels an earlier one compiled (Numba's on-disk cache): no compilation.
 
     The cache is the suite's own (the first run fills it where it is still empty): an empty private
-    cache would compile every kernel of a join once more, ~45 s of the suite's time on 2 cores."""
+    cache would compile every kernel of a join once more, ~45 s of the suite's time on 2 cores.  A
+    third run is allowed where the second missed: Numba rewrites a function's cache index without a
+    lock, so another test process compiling another signature at that moment can drop an entry
+    (a cache that is not reused misses in every run)."""
     runs = []
-    for _ in range(2):
+    for _ in range(3):
         proc = subprocess.run([sys.executable, "-c", _CACHE_PROBE], capture_output=True, text=True,
                               cwd=tmp_path, timeout=600)
         assert proc.returncode == 0, proc.stderr
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    first, second = runs
+        if len(runs) > 1 and runs[-1]["misses"] == 0:
+            break
+    first, last = runs[0], runs[-1]
     assert first["hits"] + first["misses"] > 0  # the probe saw the kernels it ran
-    assert second["misses"] == 0 and second["hits"] > 0  # (callees compiled inside a cached caller are not loaded)
-    assert first["n"] == second["n"] == second["rows"]
+    assert last["misses"] == 0 and last["hits"] > 0  # (callees compiled inside a cached caller are not loaded)
+    assert first["n"] == last["n"] == last["rows"]
 
 
 def test_readme_python_quickstart_runs_without_warnings(tmp_path):
