@@ -49,3 +49,26 @@ def test_block_summary_matches_numpy(block):
         assert np.array_equal(hi, good.max(axis=0).astype(np.float64))
     else:
         assert np.isposinf(lo).all() and np.isneginf(hi).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([np.float32, np.float64]), st.integers(0, 3000), st.sampled_from([1, 2, 3, 5, 85, 255, 256, 300]),
+       st.integers(0, 2**32 - 1), st.sampled_from([None, 0, -1, "middle"]))
+def test_block_summary_of_blocks_wider_than_the_wide_rows(dtype, n, d, seed, bad_at):
+    """Blocks long enough for the wide-row extremes (k = 256 // d rows a wide row, rows left over), with
+    the extremes at random places (large offsets, negative zeros) and, where asked, one NaN row."""
+    rng = np.random.default_rng(seed)
+    block = (rng.standard_normal((n, d)) * 10.0 ** rng.integers(-3, 6) + rng.integers(-10**6, 10**6)).astype(dtype)
+    if n:
+        block[rng.integers(0, n)] = -0.0
+    if bad_at is not None and n:
+        row = n // 2 if bad_at == "middle" else bad_at % n
+        block[row, rng.integers(0, d)] = np.nan
+    lo, hi, bad = block_summary(block)
+    assert bad == first_nonfinite_row(block)
+    good = block[np.isfinite(block).all(axis=1)]
+    if len(good):
+        assert np.array_equal(lo, good.min(axis=0).astype(np.float64))
+        assert np.array_equal(hi, good.max(axis=0).astype(np.float64))
+    else:
+        assert np.isposinf(lo).all() and np.isneginf(hi).all()
