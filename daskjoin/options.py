@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from .kernels import METHODS
-from .kernels.grid_index import PATTERNS as GRID_PATTERNS
+from .kernels.grid_geometry import PATTERNS as GRID_PATTERNS
 from .kernels.sets.verify_gpu import KERNELS as SET_VERIFY_KERNELS
 from .planning.planner import PARTITIONINGS
 from .planning.set_threshold import MEASURES, parse_threshold

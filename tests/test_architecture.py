@@ -32,6 +32,27 @@ def test_numba_and_cupy_stay_in_kernels():
     assert offenders == []
 
 
+def test_import_and_the_statistics_pass_load_no_numba(tmp_path):
+    """``import daskjoin`` (and so ``daskjoin --help`` and the CLI's fast failures) and the statistics
+    pass over finite rows load no Numba: a GPU join calls no other Numba function, and Numba's import
+    and first call cost ~1 s in a new process.  A block holding NaN still takes the compiled loop."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, numpy as np, daskjoin, daskjoin.cli\n"
+        "from daskjoin.kernels.summary import block_summary\n"
+        "x = np.random.default_rng(0).random((100000, 3)).astype(np.float32)\n"
+        "lo, hi, bad = block_summary(x)\n"
+        "assert bad == -1 and (lo == x.min(0)).all() and (hi == x.max(0)).all()\n"
+        "print('numba' in sys.modules)\n"
+        "x[70000, 1] = np.nan\n"
+        "print(block_summary(x)[2], 'numba' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "70000", "True"]
+
+
 def test_no_second_stack_for_sets():
     """The set join runs through the shared layers: no ``daskjoin/sets/`` package of its own."""
     assert not (PACKAGE / "sets").exists()

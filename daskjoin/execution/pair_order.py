@@ -19,9 +19,20 @@ import tempfile
 
 import numpy as np
 
-from ..kernels.pair_sort import is_sorted, sort_pairs
 from ..kernels.registry import SortedRun
 
+
+
+def is_sorted(i, j) -> bool:
+    from ..kernels.pair_sort import is_sorted  # Numba, imported where pairs are checked: not by `import daskjoin`
+
+    return is_sorted(i, j)
+
+
+def sort_pairs(i, j, value=None):
+    from ..kernels.pair_sort import sort_pairs
+
+    return sort_pairs(i, j, value)
 
 
 def _sort(i, j, value):

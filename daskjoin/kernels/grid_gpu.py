@@ -21,7 +21,7 @@ import numpy as np
 from .exact import eps_squared
 from .gpu_common import (cupy, device_budget_bytes, kernel, output_args, pinned_empty, pinned_output, sorted_to_host,
                          to_host)
-from .grid_index import MAX_CELL_ID, DENSE_CELLS_PER_POINT, PATTERNS, boundary_slack, choose_grid
+from .grid_geometry import MAX_CELL_ID, DENSE_CELLS_PER_POINT, PATTERNS, boundary_slack, choose_grid
 from .registry import split_batch, transfer_pairs
 from .shares import point_range
 

@@ -10,30 +10,6 @@ loop that finds its first bad row and the extremes of the others.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
-
-
-@njit(cache=True, nogil=True)
-def _summary(block, lo, hi):
-    first_bad = -1
-    for r in range(block.shape[0]):
-        finite = True
-        for c in range(block.shape[1]):
-            v = block[r, c]
-            if not np.isfinite(v):
-                finite = False
-                break
-        if not finite:
-            if first_bad < 0:
-                first_bad = r
-            continue
-        for c in range(block.shape[1]):
-            v = np.float64(block[r, c])
-            if v < lo[c]:
-                lo[c] = v
-            if v > hi[c]:
-                hi[c] = v
-    return first_bad
 
 
 #: columns of the wide rows the extremes are taken over: numpy's axis-0 reductions loop over the
@@ -81,5 +57,7 @@ def block_summary(block: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     if np.isfinite(block).all():
         lo, hi = _extremes(block)
         return lo, hi, -1
-    first_bad = _summary(block, lo, hi)
+    from .summary_nonfinite import summary  # Numba, only for blocks holding NaN or inf
+
+    first_bad = summary(block, lo, hi)
     return lo, hi, int(first_bad)

@@ -8,14 +8,16 @@ its ``batches`` and ``count``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..io.set_inputs import SetSource
 from ..kernels import registry, resolve_backend
-from ..kernels.sets import local
-from ..kernels.sets.local import Flat
 from ..planning.sets import SetBlock, SetPlan
+
+if TYPE_CHECKING:
+    from ..kernels.sets.local import Flat
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,8 @@ class SetJob:
         r, r_ids, s, s_ids = self._sides(block)
         sizes_r = r.sizes
         sizes_s = sizes_r if s is None else s.sizes
+        from ..kernels.sets import local  # Numba: imported by the tasks, not by `import daskjoin`
+
         bound = local.DEFAULT_MAX_PAIRS if max_pairs is None else max_pairs
         for probe, cand, overlap in self._driver(block, r, s).batches(bound):
             sim = self.plan.threshold.similarity(overlap, sizes_r[probe], sizes_s[cand])
@@ -113,5 +117,7 @@ class SetJob:
 
 
 def _read(source: SetSource, rows: tuple):
+    from ..kernels.sets.local import Flat
+
     tokens, offsets, ids = source.read(rows)
     return Flat.of(tokens, offsets), ids

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.sets.measures import max_partner, min_partner, probe_prefix
 from .set_threshold import Threshold
 
 #: The set join's methods (both give the same pairs; ppjoin adds the positional filter)
@@ -79,6 +78,8 @@ class SetPlan:
 
 def matchable_from(sizes: np.ndarray, threshold: Threshold) -> int:
     """First stored set (sizes ascending) that can reach the threshold with some partner."""
+    from ..kernels.sets.measures import probe_prefix  # Numba: imported by set planning, not `import daskjoin`
+
     code, p, q = threshold.args()
     lo, hi = 0, len(sizes)
     while lo < hi:
@@ -112,6 +113,8 @@ def partition_count(tokens: int, n_sets: int, budget: int, n_threads: int, force
 
 
 def _partner_range(sizes, part, threshold: Threshold) -> tuple:
+    from ..kernels.sets.measures import max_partner, min_partner
+
     code, p, q = threshold.args()
     lo, hi = part
     return int(min_partner(np.int64(sizes[lo]), code, p, q)), int(max_partner(np.int64(sizes[hi - 1]), code, p, q))
