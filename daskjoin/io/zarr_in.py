@@ -559,7 +559,32 @@ def open_zarr_path(path, name: str) -> Source:
     return source
 
 
+def _open_raw(path: str, name: str) -> ZarrSource | None:
+    """The array at ``path`` opened from its ``zarr.json`` alone where it is a plain v3 array of whole-row,
+    uncompressed float chunks (what ``daskjoin synth`` and ``import`` write): the source zarr would give,
+    without importing zarr (0.5-0.7 s in a new process).  None for anything else (zarr opens it)."""
+    meta = array_metadata(path)
+    if meta is None or not isinstance(meta.get("shape"), list) or len(meta["shape"]) != 2:
+        return None
+    shape = tuple(meta["shape"])
+    grid = meta.get("chunk_grid") or {}
+    chunks = (grid.get("configuration") or {}).get("chunk_shape")
+    if not (all(isinstance(v, int) and v >= 0 for v in shape) and shape[0] > 0 and isinstance(chunks, list)
+            and len(chunks) == 2 and isinstance(chunks[0], int) and chunks[0] > 0):
+        return None
+    dtype = meta.get("data_type")
+    if parse_raw_layout(path, meta, shape, dtype, chunks[0]) is None:
+        return None
+    check_shape(shape, name)
+    check_dtype(np.dtype(dtype), name)
+    return ZarrSource(store_path=os.path.abspath(path), array_path="", shape=shape, dtype=str(np.dtype(dtype)),
+                      chunk_rows=int(chunks[0]), missing_chunks=missing_chunks_mode())
+
+
 def _open_zarr_path(path: str, name: str) -> Source:
+    raw = _open_raw(path, name) if os.path.isdir(path) else None
+    if raw is not None:
+        return raw
     import zarr
 
     if not os.path.exists(path):
