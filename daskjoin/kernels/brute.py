@@ -10,7 +10,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .exact import eps_squared, within
+from .exact import eps_squared
+from .within import within
 from .memory import pair_buffers
 from .parallel_guard import serialised
 from .registry import bounded_ranges, split_batch

@@ -18,7 +18,8 @@ import numpy as np
 
 from .directory_index import (FANOUT, GROUP, LEVELS, check_shape, directory_dims, fractionated_order, group_boxes, node_boxes,
                               principal_axes, rotated_limit)
-from .exact import eps_squared, within
+from .exact import eps_squared
+from .within import within
 from .memory import pair_buffers
 from .parallel_guard import serialised
 from .registry import bounded_ranges, split_batch

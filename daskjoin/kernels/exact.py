@@ -7,31 +7,15 @@ rounded to float64.  The ``<=`` comparison of squared distances is
 ``cKDTree.query_pairs``'; the fixed dimension-order sum is daskjoin's own (cKDTree sums
 in four lanes from d = 8 on: docs/exactness.md).  Fixing the summation order makes every
 kernel, backend and partitioning agree bit for bit on pairs at exactly ``eps``.
+
+The CPU kernels' compiled form of the rule is :func:`.within.within` (Numba, kept apart so
+that what plans and runs a GPU join imports no Numba).
 """
 from __future__ import annotations
-
-import numba
-import numpy as np
 
 
 def eps_squared(eps: float) -> float:
     return float(eps) * float(eps)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def within(x, a, y, b, eps2):
-    """Squared distance of rows ``x[a]`` and ``y[b]`` if it is <= eps2, else -1.
-
-    Stops early once the partial sum exceeds eps2: adding non-negative terms
-    never lowers a float sum, so the decision is unchanged.
-    """
-    s = 0.0
-    for k in range(x.shape[1]):
-        t = np.float64(x[a, k]) - np.float64(y[b, k])
-        s += t * t
-        if s > eps2:
-            return -1.0
-    return s
 
 
 U32 = 2.0 ** -24

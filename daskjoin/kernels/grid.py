@@ -25,7 +25,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .exact import eps_squared, within
+from .exact import eps_squared
+from .within import within
 from .grid_index import PATTERNS, boundary_slack, build_index, choose_grid
 from .memory import pair_buffers
 from .parallel_guard import serialised

@@ -45,7 +45,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .exact import eps_squared, within
+from .exact import eps_squared
+from .within import within
 from .key_sort import sort_uint64, take
 from .memory import pair_buffers
 from .parallel_guard import serialised
