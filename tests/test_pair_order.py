@@ -339,3 +339,38 @@ def test_sort_pairs_wide_i_radix_path(value_dtype, j_span, chunk_min, monkeypatc
         oi, oj, _ = sort_pairs(wide_i, j, None)
         order = np.lexsort((j, wide_i))
         assert np.array_equal(oi, wide_i[order]) and np.array_equal(oj, j[order])
+
+
+@settings(max_examples=100, deadline=None)
+@given(_batched_pairs(), st.booleans())
+def test_sorted_whole_trusts_a_drivers_sorted_runs_and_sorts_anything_else(data, break_promise):
+    """A frame's partition held whole: batches that are ``SortedRun``s (checked on the device) are not
+    checked again pair by pair (Numba's first call costs ~1 s in a notebook's process), only where one
+    meets the next; a run that broke its promise, or plain batches, are sorted. The rows are the sorted
+    pairs either way."""
+    from unittest import mock
+
+    from daskjoin.execution import pair_order
+    from daskjoin.kernels.registry import SortedRun
+
+    keys, with_value, cuts, _ = data
+    keys = sorted(keys)
+    if break_promise and len(keys) > 2:
+        keys[0], keys[-1] = keys[-1], keys[0]
+    i = np.array([k[0] for k in keys], np.int64)
+    j = np.array([k[1] for k in keys], np.int64)
+    value = np.arange(len(keys), dtype=np.float32) if with_value else None
+    edges = [0, *cuts, len(keys)]
+    batches = [SortedRun((i[a:b], j[a:b], None if value is None else value[a:b])) for a, b in zip(edges, edges[1:])]
+    with mock.patch.object(pair_order, "is_sorted", side_effect=AssertionError("checked pair by pair")):
+        got = pair_order.sorted_whole(batches)
+    order = np.lexsort((j, i))
+    if not keys:
+        assert got is None
+        return
+    assert np.array_equal(got[0], i[order]) and np.array_equal(got[1], j[order])
+    if with_value:
+        assert np.array_equal(got[2], value[order])
+    plain = [tuple(b) for b in batches]
+    got_plain = pair_order.sorted_whole(plain)
+    assert np.array_equal(got_plain[0], i[order]) and np.array_equal(got_plain[1], j[order])

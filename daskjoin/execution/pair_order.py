@@ -126,13 +126,22 @@ def _merge(runs: list[_Run], block: int):
         yield _sort(*_concat([g for g in got if len(g[0])]))
 
 
+def _sorted_batch(batch) -> bool:
+    """Whether one batch is sorted by ``(i, j)``: a ``SortedRun`` was checked by its driver (on the device;
+    a pass here costs ~3 ns a pair, and Numba's import and first call ~1 s in a new process), so only its
+    ends are compared; any other batch is checked in full."""
+    if isinstance(batch, SortedRun):
+        return (int(batch[0][0]), int(batch[1][0])) <= (int(batch[0][-1]), int(batch[1][-1]))
+    return is_sorted(batch[0], batch[1])
+
+
 def sorted_whole(batches):
     """All pairs of ``batches`` as one sorted ``(i, j, value)``, or None when there are none (for sinks that
     hold the partition whole anyway: one concatenation, one sort, no spilling, no pieces)."""
     held = [b for b in batches if len(b[0])]
     if not held:
         return None
-    in_order = all(is_sorted(b[0], b[1]) for b in held) and all(
+    in_order = all(_sorted_batch(b) for b in held) and all(
         (int(a[0][-1]), int(a[1][-1])) < (int(b[0][0]), int(b[1][0])) for a, b in zip(held, held[1:]))
     whole = _concat(held)
     return whole if in_order else sort_pairs(*whole)
