@@ -33,7 +33,8 @@ def test_numba_and_cupy_stay_in_kernels():
 
 
 def test_import_and_the_statistics_pass_load_no_numba(tmp_path):
-    """``import daskjoin`` (and so ``daskjoin --help`` and the CLI's fast failures) and the statistics
+    """``import daskjoin`` (and so ``daskjoin --help`` and the CLI's fast failures), the modules a GPU grid
+    task runs (its driver, the task body, the ordered pieces of sorted runs, Parquet) and the statistics
     pass over finite rows load no Numba: a GPU join calls no other Numba function, and Numba's import
     and first call cost ~1 s in a new process.  A block holding NaN still takes the compiled loop."""
     import subprocess
@@ -45,6 +46,12 @@ def test_import_and_the_statistics_pass_load_no_numba(tmp_path):
         "x = np.random.default_rng(0).random((100000, 3)).astype(np.float32)\n"
         "lo, hi, bad = block_summary(x)\n"
         "assert bad == -1 and (lo == x.min(0)).all() and (hi == x.max(0)).all()\n"
+        "import daskjoin.kernels.grid_gpu, daskjoin.execution.task\n"
+        "import daskjoin.kinds.epsilon, daskjoin.io.parquet_out, daskjoin.planning.planner\n"
+        "from daskjoin.execution.pair_order import sorted_pieces, sorted_whole\n"
+        "from daskjoin.kernels.registry import SortedRun\n"
+        "runs = [SortedRun((np.arange(5), np.arange(5) + 9, None)), SortedRun((np.arange(5, 9), np.arange(4), None))]\n"
+        "assert len(sorted_whole(runs)[0]) == 9 and sum(len(p[0]) for p in sorted_pieces(iter(runs), 4, 100)) == 9\n"
         "print('numba' in sys.modules)\n"
         "x[70000, 1] = np.nan\n"
         "print(block_summary(x)[2], 'numba' in sys.modules)\n"

@@ -56,14 +56,21 @@ def test_block_summary_matches_numpy(block):
        st.integers(0, 2**32 - 1), st.sampled_from([None, 0, -1, "middle"]))
 def test_block_summary_of_blocks_wider_than_the_wide_rows(dtype, n, d, seed, bad_at):
     """Blocks long enough for the wide-row extremes (k = 256 // d rows a wide row, rows left over), with
-    the extremes at random places (large offsets, negative zeros) and, where asked, one NaN row."""
+    the extremes at random places (large offsets, a negative-zero row: compared by value, the sign of a zero
+    extreme is not kept) and, where asked, one NaN or infinite value; float16, integer and strided blocks too."""
     rng = np.random.default_rng(seed)
     block = (rng.standard_normal((n, d)) * 10.0 ** rng.integers(-3, 6) + rng.integers(-10**6, 10**6)).astype(dtype)
     if n:
         block[rng.integers(0, n)] = -0.0
     if bad_at is not None and n:
         row = n // 2 if bad_at == "middle" else bad_at % n
-        block[row, rng.integers(0, d)] = np.nan
+        block[row, rng.integers(0, d)] = [np.nan, np.inf, -np.inf][seed % 3]
+    if seed % 5 == 1:
+        block = block.astype(np.float16)
+    elif seed % 5 == 2 and bad_at is None:
+        block = block.astype(np.int64)
+    elif seed % 5 == 3:
+        block = np.repeat(block, 2, axis=0)[::2]  # strided rows
     lo, hi, bad = block_summary(block)
     assert bad == first_nonfinite_row(block)
     good = block[np.isfinite(block).all(axis=1)]

@@ -126,13 +126,18 @@ def _merge(runs: list[_Run], block: int):
         yield _sort(*_concat([g for g in got if len(g[0])]))
 
 
+def _trusted_run(batch) -> bool:
+    """Whether ``batch`` is a ``SortedRun`` whose ends are in order: its driver sorted it (the GPU drivers
+    checked the order on the device; the kNN rows are sorted as they are made), so a pass here, ~3 ns a
+    pair and Numba's import and first call (~1 s in a new process), is not repeated."""
+    return isinstance(batch, SortedRun) and (int(batch[0][0]), int(batch[1][0])) <= (
+        int(batch[0][-1]), int(batch[1][-1]))
+
+
 def _sorted_batch(batch) -> bool:
-    """Whether one batch is sorted by ``(i, j)``: a ``SortedRun`` was checked by its driver (on the device;
-    a pass here costs ~3 ns a pair, and Numba's import and first call ~1 s in a new process), so only its
-    ends are compared; any other batch is checked in full."""
-    if isinstance(batch, SortedRun):
-        return (int(batch[0][0]), int(batch[1][0])) <= (int(batch[0][-1]), int(batch[1][-1]))
-    return is_sorted(batch[0], batch[1])
+    """Whether one batch is sorted by ``(i, j)``: a ``SortedRun`` by its ends (:func:`_trusted_run`), any
+    other batch in full."""
+    return _trusted_run(batch) if isinstance(batch, SortedRun) else is_sorted(batch[0], batch[1])
 
 
 def sorted_whole(batches):
@@ -155,9 +160,7 @@ def _streamed(first, batches, rows: int):
     for batch in itertools.chain([first], batches):
         if len(batch[0]) == 0:
             continue
-        if not isinstance(batch, SortedRun) or (int(batch[0][0]), int(batch[1][0])) > (
-                int(batch[0][-1]), int(batch[1][-1])) or (
-                last is not None and (int(batch[0][0]), int(batch[1][0])) <= last):
+        if not _trusted_run(batch) or (last is not None and (int(batch[0][0]), int(batch[1][0])) <= last):
             raise RuntimeError("a kernel driver's sorted run of pairs is out of order (a bug in daskjoin: "
                                "please report it); nothing of this partition was committed")
         last = (int(batch[0][-1]), int(batch[1][-1]))

@@ -130,6 +130,16 @@ def _set_threads(tasks: int | None = None) -> None:
     set_threads(int(wanted))
 
 
+def _on_gpu(job) -> bool:
+    """Whether ``job``'s tasks run on this worker's GPU (its kernels then need no Numba threads)."""
+    backend = getattr(job, "backend", "cpu")
+    if backend == "cpu":
+        return False
+    from ..kernels import resolve_backend
+
+    return resolve_backend(backend) == "gpu"
+
+
 def _cores() -> int:
     """The cores this process may run on (its CPU affinity where the OS tells it)."""
     try:
@@ -202,7 +212,8 @@ def _task_body(func):
 
     @functools.wraps(func)
     def run(part, job, *args, tasks: int | None = None, **kwargs):
-        _set_threads(tasks)
+        if not (_on_gpu(job) and "numba" not in sys.modules):  # a GPU task that loaded no Numba sets nothing
+            _set_threads(tasks)
         for attempt in range(MEMORY_RETRIES + 1):
             turn = _GpuTurn(job)
             try:

@@ -559,26 +559,46 @@ def open_zarr_path(path, name: str) -> Source:
     return source
 
 
+#: the fields of a v3 array's zarr.json (the spec's; another field zarr refuses unless it says
+#: ``"must_understand": false``, so such a file is left to zarr)
+_V3_ARRAY_FIELDS = frozenset({"zarr_format", "node_type", "shape", "data_type", "chunk_grid", "chunk_key_encoding",
+                              "fill_value", "codecs", "attributes", "storage_transformers", "dimension_names"})
+
+
+def _plain_fill(value) -> bool:
+    """A float array's fill value as the v3 spec writes one: a number, NaN or an infinity, or raw bits in hex."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return True
+    return isinstance(value, str) and (value in ("NaN", "Infinity", "-Infinity") or value.startswith("0x"))
+
+
 def _open_raw(path: str, name: str) -> ZarrSource | None:
     """The array at ``path`` opened from its ``zarr.json`` alone where it is a plain v3 array of whole-row,
     uncompressed float chunks (what ``daskjoin synth`` and ``import`` write): the source zarr would give,
-    without importing zarr (0.5-0.7 s in a new process).  None for anything else (zarr opens it)."""
+    without importing zarr (0.5-0.7 s in a new process).  None for anything else, and for any file this
+    does not recognise field by field: zarr opens it, or refuses it with its own message."""
     meta = array_metadata(path)
-    if meta is None or not isinstance(meta.get("shape"), list) or len(meta["shape"]) != 2:
+    if meta is None or meta.get("node_type") != "array" or not set(meta) <= _V3_ARRAY_FIELDS:
         return None
-    shape = tuple(meta["shape"])
-    grid = meta.get("chunk_grid") or {}
-    chunks = (grid.get("configuration") or {}).get("chunk_shape")
-    if not (all(isinstance(v, int) and v >= 0 for v in shape) and shape[0] > 0 and isinstance(chunks, list)
-            and len(chunks) == 2 and isinstance(chunks[0], int) and chunks[0] > 0):
+    names = meta.get("dimension_names")
+    if not _plain_fill(meta.get("fill_value")) or not isinstance(meta.get("attributes", {}), dict) or not (
+            names is None or (isinstance(names, list) and len(names) == 2)):
         return None
-    dtype = meta.get("data_type")
-    if parse_raw_layout(path, meta, shape, dtype, chunks[0]) is None:
+    try:
+        grid = chunk_grid(path)
+        if grid is None or len(grid.shape) != 2 or grid.shape[0] == 0:
+            return None
+        dtype = str(np.dtype(meta["data_type"]))
+        if parse_raw_layout(path, meta, grid.shape, dtype, grid.chunks[0]) is None:
+            return None
+    except (TypeError, AttributeError, ValueError, KeyError):  # fields of unexpected types: zarr decides
         return None
-    check_shape(shape, name)
+    check_shape(grid.shape, name)
     check_dtype(np.dtype(dtype), name)
-    return ZarrSource(store_path=os.path.abspath(path), array_path="", shape=shape, dtype=str(np.dtype(dtype)),
-                      chunk_rows=int(chunks[0]), missing_chunks=missing_chunks_mode())
+    return ZarrSource(store_path=os.path.abspath(path), array_path="", shape=grid.shape, dtype=dtype,
+                      chunk_rows=grid.chunks[0], missing_chunks=missing_chunks_mode())
 
 
 def _open_zarr_path(path: str, name: str) -> Source:

@@ -1,6 +1,6 @@
 """``grid`` method, GPU driver: the ε-grid join of ``cuda/grid.cu`` run through CuPy.
 
-Same geometry as the CPU driver (:func:`.grid_index.choose_grid`: at most 6
+Same geometry as the CPU driver (:func:`.grid_geometry.choose_grid`: at most 6
 indexed dimensions, those of largest spread; the rest are checked in the exact
 distance), index built on the GPU by sorting cell ids, then a count pass, a
 prefix sum and a fill pass over *items* (query point, lane).  Options:
@@ -180,7 +180,7 @@ class GpuGridJoin:
                  work_queue: bool = True, max_dims: int = MAX_INDEXED, share=None, pattern: str = "lid-unicomp"):
         """``share``: ``(k, parts)``, only the pairs of the k-th of ``parts`` query shares (:mod:`.shares`:
         runs of sorted query points of about equal work; the shares partition the pairs).
-        ``pattern``: the self-join's cell access pattern (:data:`.grid_index.PATTERNS`)."""
+        ``pattern``: the self-join's cell access pattern (:data:`.grid_geometry.PATTERNS`)."""
         cp = cupy()
         self.selfjoin = b is None
         if pattern not in PATTERNS:

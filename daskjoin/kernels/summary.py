@@ -1,9 +1,8 @@
 """One pass over a block of points: its bounding box over finite rows and its first non-finite row.
 
 The statistics pass reads every row of an input once, several blocks at once on threads.
-Blocks of finite rows (the rule: bad rows are refused) take a numpy path: one ``isfinite``
-test and the extremes of the rows seen as wide rows (below), at memory speed with the GIL
-released, and without Numba, whose first call in a process costs 0.5-0.8 s (a GPU
+Blocks of finite rows (the rule: bad rows are refused) take a numpy path: the extremes of
+the rows seen as wide rows (below), at memory speed with the GIL released, and without Numba, whose first call in a process costs 0.5-0.8 s (a GPU
 ``join --count`` uses no other Numba function).  A block holding NaN or inf takes one compiled
 loop that finds its first bad row and the extremes of the others.
 """
@@ -49,15 +48,19 @@ def block_summary(block: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     inf (+inf and -inf where there are none), and the first row holding NaN or inf (-1: none)."""
     d = block.shape[1]
     lo, hi = np.full(d, np.inf), np.full(d, -np.inf)
-    if block.shape[0] == 0:
+    if block.shape[0] == 0 or d == 0:
         return lo, hi, -1
     if block.dtype.kind != "f":
         return block.min(axis=0).astype(np.float64), block.max(axis=0).astype(np.float64), -1
     block = np.ascontiguousarray(block)
-    if np.isfinite(block).all():
-        lo, hi = _extremes(block)
-        return lo, hi, -1
+    # one pass, no temporary: min and max propagate NaN and an infinity is an extreme, so finite extremes
+    # mean finite rows (a zero extreme may come back as +0.0 where the loop below kept -0.0: equal values)
+    lo_all, hi_all = _extremes(block)
+    if np.isfinite(lo_all).all() and np.isfinite(hi_all).all():
+        return lo_all, hi_all, -1
     from .summary_nonfinite import summary  # Numba, only for blocks holding NaN or inf
 
+    if block.dtype not in (np.float32, np.float64):  # float16: exact in float64
+        block = block.astype(np.float64)
     first_bad = summary(block, lo, hi)
     return lo, hi, int(first_bad)
