@@ -54,8 +54,13 @@ def _rows_on_device(hd, hj, query_ids):
     value = cp.empty(m * k, cp.uint64)  # little-endian record: dist (float32), then rank (int32)
     if m:
         _launch("knn_finish", m, (hd, hj, np.int32(m), np.int32(k), j, value))
+    # the rows leave as sorted runs that nothing checks again pair by pair (execution/pair_order): j strictly
+    # increasing within each query's list, checked on the device (queued now, read after the copy)
+    unsorted = cp.any(j.reshape(m, k)[:, 1:] <= j.reshape(m, k)[:, :-1]) if m and k > 1 else None
     i = repeat_each(query_ids, k)  # on the host while the device finishes the lists
     out_j, out_value = to_pageable(j, value)
+    if unsorted is not None and bool(unsorted):
+        raise RuntimeError("a kNN query's rows are out of order (a bug in daskjoin: please report it)")
     return i, out_j, out_value.view(KNN_ROW_VALUE)
 
 
