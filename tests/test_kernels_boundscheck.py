@@ -1,8 +1,11 @@
 """The Numba kernels on adversarial cases with bounds checking on, in a fresh process.
 
 Kernels run with bounds checks off, where an out-of-range index reads garbage or
-crashes; this re-runs a representative subset with NUMBA_BOUNDSCHECK=1 (and a
-private JIT cache, so nothing compiled without checks is reused).  The subset is of float64
+crashes; this re-runs a representative subset with NUMBA_BOUNDSCHECK=1 and a JIT
+cache of its own (``build/boundscheck-jit``, ignored by git), which only ever holds code
+compiled with checks: nothing compiled without them is reused, and a second run on the
+same tree loads what the first compiled (~100 s of compiling on the 2-core VM; Numba
+compiles a kernel again when its source file changes).  The subset is of float64
 inputs only: the index arithmetic does not depend on the dtype, and each dtype is a
 compilation of every kernel with checks (float32 too doubled the test's ~100 s).
 """
@@ -29,8 +32,11 @@ print("ok")
 """
 
 
-def test_kernels_with_bounds_checking(tmp_path):
-    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path / "jit"),
+JIT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "boundscheck-jit")
+
+
+def test_kernels_with_bounds_checking():
+    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=JIT_DIR,
                PYTHONPATH=os.path.dirname(__file__) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout[-2000:] + proc.stderr[-4000:]
