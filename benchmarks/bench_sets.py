@@ -410,9 +410,9 @@ def warm_cluster(client, data: Dataset, backends, algorithm, tmp) -> None:
     path = os.path.join(tmp, f"warmup-{data.name}.zarr")
     write_sets(prepare_flat(*data.prefix(m)), path, overwrite=True)
     for backend in backends:
-        dj.set_similarity_join(path, threshold=0.5, client=client, backend=backend, algorithm=algorithm,
+        dj.set_similarity_join(path, threshold=0.5, client=client, backend=backend, method=algorithm,
                                output="count")
-        dj.set_similarity_join(path, threshold=0.5, client=client, backend=backend, algorithm=algorithm,
+        dj.set_similarity_join(path, threshold=0.5, client=client, backend=backend, method=algorithm,
                                out=os.path.join(tmp, "warmup-out"), overwrite=True)
     shutil.rmtree(path, ignore_errors=True)
     shutil.rmtree(os.path.join(tmp, "warmup-out"), ignore_errors=True)
@@ -444,11 +444,11 @@ def e2e_rows(client, data: Dataset, t: float, backends, args, tmp, expected, hea
                 start = time.perf_counter()
                 if mode == "count":
                     got = dj.set_similarity_join(data.store, threshold=t, client=client, backend=backend,
-                                                 algorithm=args.algorithm, output="count")
+                                                 method=args.algorithm, output="count")
                     n_pairs = int(got)
                 else:
                     got = dj.set_similarity_join(data.store, threshold=t, client=client, backend=backend,
-                                                 algorithm=args.algorithm, out=out_dir, overwrite=True)
+                                                 method=args.algorithm, out=out_dir, overwrite=True)
                     n_pairs = int(got.pairs)
                 seconds = time.perf_counter() - start
                 times.append(round(seconds, 4))
