@@ -27,8 +27,7 @@ DEFAULTS = {
         # threads of a process that encode and write Parquet pieces at once; "auto": its cores
         "writer-threads": "auto",
         # GPU drivers move sorted pairs to the host in pinned memory (fast copies, buffers reused by later
-        # tasks of the process; pinning costs ~0.5 s per GiB once) or, with False, in pageable memory (the
-        # batches' buffers reused once dropped, up to 4 GiB kept by the process: kernels/host_copy._Reused)
+        # tasks of the process; pinning costs ~0.5 s per GiB once) or, with False, in pageable memory
         "pinned-output": True,
         # whether the client fetches a lazy frame's computed partitions from the workers directly instead of
         # through the scheduler (Client(direct_to_workers=...)); "auto": where every worker is on this host's

@@ -23,66 +23,6 @@ def test_repeat_each_is_numpys_repeat(n, k):
     np.testing.assert_array_equal(got, np.repeat(values, k))
 
 
-def test_reused_buffers_are_handed_out_again_only_once_nothing_refers_to_them():
-    """``_Reused``: a buffer comes back only when every array handed out over it (and every view of those,
-    pyarrow's zero-copy arrays, a DataFrame) is gone; sizes are matched exactly; past the limit arrays are
-    fresh; no two live arrays ever share memory (threads too)."""
-    import gc
-
-    import pyarrow as pa
-
-    pool = host_copy._Reused(limit=3 * 800)
-    a = pool.empty((100,), np.int64)
-    a[:] = 1
-    b = pool.empty((100,), np.int64)
-    assert not np.shares_memory(a, b)
-    view = a[10:20]
-    arrow = pa.array(b)
-    frame = pd.DataFrame({"x": a})
-    del a, b
-    gc.collect()
-    c = pool.empty((100,), np.int64)  # both earlier buffers still referred to: a third one
-    assert not np.shares_memory(c, view) and not np.shares_memory(c, arrow.to_numpy(zero_copy_only=True))
-    d = pool.empty((100,), np.int64)  # past the limit: a fresh array, not kept
-    assert len(pool.buffers) == 3 and pool.held == 2400
-    assert not any(np.shares_memory(d, x) for x in (c, view, frame["x"].to_numpy()))
-    del view, frame
-    gc.collect()
-    e = pool.empty((25, 4), np.float64)  # the first buffer is free again: same bytes, another shape and dtype
-    assert e.shape == (25, 4) and e.dtype == np.float64 and len(pool.buffers) == 3
-    assert np.shares_memory(e, pool.buffers[0])
-    g = pool.empty((7,), np.int8)  # another size, the limit reached: fresh, not kept
-    assert len(pool.buffers) == 3 and not any(np.shares_memory(g, buf) for buf in pool.buffers)
-    del arrow
-    gc.collect()
-    f = pool.empty((800,), np.uint8)
-    assert np.shares_memory(f, pool.buffers[1]) and not np.shares_memory(f, e)
-
-    live, lock, clashes = [], threading.Lock(), []
-    pool = host_copy._Reused(limit=8 * 4096)
-
-    def churn(seed):
-        rng = np.random.default_rng(seed)
-        mine = []
-        for _ in range(300):
-            x = pool.empty((512,), np.int64)
-            x[:] = seed
-            mine.append(x)
-            if len(mine) > rng.integers(1, 4):
-                y = mine.pop(0)
-                if not (y == seed).all():  # written over by another thread while still held
-                    clashes.append(seed)
-        with lock:
-            live.extend(mine)
-
-    threads = [threading.Thread(target=churn, args=(s,)) for s in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert clashes == []
-
-
 @pytest.fixture
 def small_stages(monkeypatch):
     """Stages of 1,000 bytes, used from the first byte: every copy crosses many chunk and array boundaries."""

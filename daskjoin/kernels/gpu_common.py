@@ -90,9 +90,9 @@ def output_by_counts(counts):
     return offsets, (cp.empty(size, cp.int64), cp.empty(size, cp.int64), cp.empty(size, cp.float32))
 
 
-def to_host(*arrays, pinned: bool = True, reuse: bool = False):
+def to_host(*arrays, pinned: bool = True):
     """Device arrays to numpy arrays in pinned host memory (None passes through); ``pinned=False``:
-    pageable memory (``reuse``: buffers handed out again once dropped, for batches written and let go).
+    pageable memory.
 
     Pinned buffers come from CuPy's pinned pool, so a worker reuses them from task to
     task; copies into them run at full PCIe speed (about 20x faster than into
@@ -101,7 +101,7 @@ def to_host(*arrays, pinned: bool = True, reuse: bool = False):
     if not pinned:  # through reused pinned staging buffers (host_copy.to_pageable)
         from .host_copy import to_pageable
 
-        moved = iter(to_pageable(*(cupy().ascontiguousarray(a) for a in arrays if a is not None), reuse=reuse))
+        moved = iter(to_pageable(*(cupy().ascontiguousarray(a) for a in arrays if a is not None)))
         return tuple(None if a is None else next(moved) for a in arrays)
     cp = cupy()
     out = []
@@ -131,7 +131,7 @@ def sorted_to_host(i, j, d, max_pairs: int):
     pinned = bool(config.get("pinned-output"))
     for at in range(0, n, step):
         yield SortedRun(to_host(i[at:at + step], j[at:at + step], None if d is None else d[at:at + step],
-                                pinned=pinned, reuse=True))
+                                pinned=pinned))
 
 
 #: one output copy larger than this goes to pageable memory through the staging buffers (host_copy), whatever

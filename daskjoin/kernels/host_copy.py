@@ -14,7 +14,6 @@ The copy threads are plain threads (numpy releases the GIL): a Numba kernel meas
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -81,62 +80,14 @@ def _stages():
     return stages
 
 
-class _Reused:
-    """Pageable host buffers handed out again once nothing refers to them any more.
+def to_pageable(*arrays) -> tuple:
+    """C-contiguous device arrays to new numpy arrays (pageable) of the same shape and dtype; returns when done.
 
-    Why: bounded batches of pairs on their way to Parquet writers (a one-shot CLI process, whose output is
-    pageable) live a moment each; fresh numpy arrays are fresh pages, each touched for the first time by
-    the copy (H200, 18 batches of 6.7M pairs: 0.68-1.09 s into fresh arrays, 0.14-0.17 s into reused
-    ones).  A buffer is free when this pool holds the only reference to it: every array handed out is
-    a view whose ``base`` is the buffer (pyarrow's zero-copy arrays keep that view alive while they
-    live).  At most ``limit`` bytes are kept, for the life of the process; beyond them arrays are fresh.
-    """
-
-    def __init__(self, limit: int):
-        self.limit, self.held, self.buffers = int(limit), 0, []
-        self.lock = threading.Lock()
-
-    def empty(self, shape, dtype) -> np.ndarray:
-        dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if nbytes == 0:
-            return np.empty(shape, dtype)
-        with self.lock:
-            for k in range(len(self.buffers)):
-                if self.buffers[k].nbytes == nbytes and _references(self.buffers, k) == _FREE:
-                    return self.buffers[k].view(dtype).reshape(shape)
-            if self.held + nbytes > self.limit:
-                return np.empty(shape, dtype)
-            buffer = np.empty(nbytes, np.uint8)
-            self.buffers.append(buffer)
-            self.held += nbytes
-            return buffer.view(dtype).reshape(shape)
-
-
-def _references(buffers: list, k: int) -> int:
-    """References to ``buffers[k]`` as this interpreter counts them (a view handed out adds one)."""
-    return sys.getrefcount(buffers[k])
-
-
-#: what :func:`_references` says of a buffer only its list refers to (measured, not assumed: interpreters count
-#: a call's own references differently)
-_FREE = _references([np.empty(1)], 0)
-#: bytes of pageable batch buffers a process keeps for reuse (``to_pageable(reuse=True)``): the batches in flight
-#: to the Parquet writers of a CLI join (a few dozen of ~130 MB)
-REUSED_BYTES = 4 << 30
-_reused = _Reused(REUSED_BYTES)
-
-
-def to_pageable(*arrays, reuse: bool = False) -> tuple:
-    """C-contiguous device arrays to numpy arrays (pageable) of the same shape and dtype; returns when done.
-
-    ``reuse``: into buffers of :class:`_Reused` (for batches that are written and dropped), else new arrays.
     The copies are ordered after the work already queued on the current stream, so a caller needs
     no synchronisation of its own.
     """
     cp = cupy()
-    empty = _reused.empty if reuse else np.empty
-    outs = tuple(empty(a.shape, a.dtype) for a in arrays)
+    outs = tuple(np.empty(a.shape, a.dtype) for a in arrays)
     if sum(a.nbytes for a in arrays) < STAGED_MIN_BYTES:
         for a, out in zip(arrays, outs):
             a.get(out=out)
