@@ -59,6 +59,16 @@ class Kernel:
             options["share"] = tuple(share)
         return registry.make("epsilon", self.method, self.backend, a, b, eps, **options)
 
+    def driver(self, a, b, eps, share=None):
+        """The prepared driver of one call (``b`` None: a self-join), for callers that take its pairs on the
+        device (``pairs(with_distance, device=True)``, where :attr:`device_pairs`)."""
+        return self._join(a, b, eps, share)
+
+    @property
+    def device_pairs(self) -> bool:
+        """Whether this kernel's driver gives its pairs as device arrays (``pairs(..., device=True)``)."""
+        return self.backend == "gpu" and self.method in DEVICE_PAIR_METHODS
+
     def self_join(self, x, eps, with_distance=True, share=None):
         return self._join(x, None, eps, share).pairs(with_distance)
 
@@ -77,6 +87,10 @@ class Kernel:
     def cross_batches(self, a, b, eps, max_pairs, with_distance=True, share=None):
         return self._join(a, b, eps, share).batches(max_pairs, with_distance)
 
+
+#: methods whose GPU drivers give their pairs on the device (``pairs(with_distance, device=True)``); GPU brute
+#: force moves each range's pairs to the host as they come
+DEVICE_PAIR_METHODS = ("grid", "szl", "nlj", "directory")
 
 #: method -> backends whose drivers take ``share=(k, parts)``: the k-th of ``parts`` query shares (the grid's
 #: queries; GPU brute force's tile pairs)

@@ -33,7 +33,7 @@ import numpy as np
 
 from . import tc_quant
 from .exact import NORM_FLOOR, eps_squared, error_constants
-from .gpu_common import cupy, device_budget_bytes, kernel, sorted_to_host, to_host
+from .gpu_common import cupy, device_budget_bytes, kernel, sorted_on_device, sorted_to_host, to_host
 from .grid_gpu import device_bounds, on_device, to_device64
 from .pivot_chain import greedy_chain
 from .registry import bounded_ranges, split_batch, transfer_pairs
@@ -566,8 +566,4 @@ class GpuBruteJoin:
         i, j = (cp.concatenate([h[t] for h in held]) if len(held) > 1 else held[0][t] for t in (0, 1))
         d = None if held[0][2] is None else (cp.concatenate([h[2] for h in held]) if len(held) > 1 else held[0][2])
         # local row numbers of one partition stay below 2**32: one packed key, one radix sort
-        order = cp.argsort((i.astype(cp.uint64) << cp.uint64(32)) | j.astype(cp.uint64))
-        i, j = i[order], j[order]
-        d = None if d is None else d[order]
-        del order
-        yield from sorted_to_host(i, j, d, step)
+        yield from sorted_to_host(*sorted_on_device(i, j, d), step)

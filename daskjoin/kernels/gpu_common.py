@@ -116,6 +116,16 @@ def to_host(*arrays, pinned: bool = True):
     return tuple(out)
 
 
+def sorted_on_device(i, j, d):
+    """Device pairs sorted by (i, j): one radix sort of a packed key (ids below 2**32: a partition's local
+    rows, or original ids checked by the caller)."""
+    cp = cupy()
+    order = cp.argsort((i.astype(cp.uint64) << cp.uint64(32)) | j.astype(cp.uint64))
+    i, j = i[order], j[order]
+    d = None if d is None else d[order]
+    return i, j, d
+
+
 def sorted_to_host(i, j, d, max_pairs: int):
     """Device arrays already sorted by (i, j), checked on the device, to the host as ``SortedRun`` batches
     of at most ``max_pairs`` pairs and one row group each (:func:`~.registry.transfer_pairs`)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gpu_common import cupy, device_budget_bytes, sorted_to_host, to_host
+from .gpu_common import cupy, device_budget_bytes, sorted_on_device, sorted_to_host, to_host
 from .grid_gpu import OUTPUT_BYTES_PER_PAIR, SORT_BYTES_PER_PAIR
 from .registry import split_batch, transfer_pairs
 
@@ -31,16 +31,12 @@ def device_runs(fill, room):
 
 def slot_batches(fill, room, max_pairs: int):
     """Host batches of at most ``max_pairs`` pairs: one sorted run where all fit the device, else runs of slots."""
-    cp = cupy()
     if not room.shape[0]:
         return
     if int(room.sum()) <= max(1, device_budget_bytes(0.4) // (OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR)):
         i, j, d = fill(0, int(room.shape[0]))
         if i.shape[0]:
-            key = (i.astype(cp.uint64) << cp.uint64(32)) | j.astype(cp.uint64)
-            order = cp.argsort(key)
-            del key
-            yield from sorted_to_host(i[order], j[order], None if d is None else d[order], max_pairs)
+            yield from sorted_to_host(*sorted_on_device(i, j, d), max_pairs)
         return
     step = max(1, min(int(max_pairs), device_budget_bytes(0.4) // OUTPUT_BYTES_PER_PAIR, transfer_pairs()))
     for t0, t1 in slot_runs(room, step):

@@ -19,8 +19,8 @@ import threading
 import numpy as np
 
 from .exact import eps_squared
-from .gpu_common import (cupy, device_budget_bytes, kernel, output_args, pinned_empty, pinned_output, sorted_to_host,
-                         to_host)
+from .gpu_common import (cupy, device_budget_bytes, kernel, output_args, pinned_empty, pinned_output, sorted_on_device,
+                         sorted_to_host, to_host)
 from .grid_geometry import MAX_CELL_ID, DENSE_CELLS_PER_POINT, PATTERNS, boundary_slack, choose_grid
 from .registry import split_batch, transfer_pairs
 from .shares import point_range
@@ -338,13 +338,6 @@ class GpuGridJoin:
             lo = hi
 
     def _sorted_batches(self, total: int, max_pairs: int, with_distance: bool):
-        cp = cupy()
         i, j, d = self._fill(0, self.nitems, with_distance, device=True)
         # local row numbers of one partition stay below 2**32: one packed key, one radix sort
-        key = (i.astype(cp.uint64) << cp.uint64(32)) | j.astype(cp.uint64)
-        order = cp.argsort(key)
-        del key
-        i, j = i[order], j[order]
-        d = None if d is None else d[order]
-        del order
-        yield from sorted_to_host(i, j, d, max_pairs)
+        yield from sorted_to_host(*sorted_on_device(i, j, d), max_pairs)

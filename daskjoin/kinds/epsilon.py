@@ -61,7 +61,7 @@ class JoinJob:
         yield from _Sides(self, part).batches(max_pairs)
 
     def count(self, part: Partition) -> int:
-        return _Sides(self, part).count()
+        return _Sides(self, part, ids=False).count()
 
     def kernel(self):
         """This worker's kernel: 'auto' resolved here; GPU tuning options only where it runs on a GPU (a method's
@@ -74,14 +74,15 @@ class JoinJob:
         return get_kernel(self.method, backend, **options)
 
 
-def _read(reader, rows: tuple[int, int], empty=None):
+def _read(reader, rows: tuple[int, int], empty=None, ids: bool = True):
     """The rows' points and their original ids: an id array (sorted copies) or the first row's id.
 
-    ``empty(shape, dtype)`` allocates the points read from Zarr (pinned memory for a GPU kernel).
+    ``empty(shape, dtype)`` allocates the points read from Zarr (pinned memory for a GPU kernel);
+    ``ids=False``: a count's, which never needs a sorted copy's id array (None in its place).
     """
     start, stop = rows
     if isinstance(reader, SortedCopy):
-        return reader.read(start, stop, empty)
+        return reader.read(start, stop, empty) if ids else (reader.points.read(start, stop, empty), None)
     return reader.read(start, stop, empty), start
 
 
@@ -97,7 +98,7 @@ def _to_original(local: np.ndarray, ids) -> np.ndarray:
 class _Sides:
     """The rows of one partition, read once."""
 
-    def __init__(self, job: JoinJob, part: Partition):
+    def __init__(self, job: JoinJob, part: Partition, ids: bool = True):
         self.job, self.part = job, part
         self.kernel = job.kernel()
         self.share = None
@@ -115,9 +116,9 @@ class _Sides:
                                        f"cuts them, but this worker's GPU is {device_signature()}")
             self.share = (k, parts)
         empty = host_allocator(self.kernel.backend)
-        self.pa, self.ia = _read(job.reader_a, part.a, empty)
+        self.pa, self.ia = _read(job.reader_a, part.a, empty, ids)
         if part.b is not None:
-            self.pb, self.ib = _read(job.reader_b if job.reader_b is not None else job.reader_a, part.b, empty)
+            self.pb, self.ib = _read(job.reader_b if job.reader_b is not None else job.reader_a, part.b, empty, ids)
 
     def _globalize(self, batch, cross: bool, one_stream: bool = False):
         li, lj, dist = batch
@@ -138,6 +139,9 @@ class _Sides:
         A kernel's ``SortedRun`` stays one where the partition is one kernel call (a block, or a
         pair of blocks) read by row offsets: the task then streams it without sorting.
         """
+        if self._ids_on_device():
+            yield from self._device_batches(max_pairs)
+            return
         kernel = self.kernel
         eps, wd = self.job.eps, self.job.with_distance
         one = not (self.part.self_part and self.part.b is not None)
@@ -153,6 +157,57 @@ class _Sides:
             else:
                 for got in kernel.cross_batches(self.pa, self.pb, eps, max_pairs, wd, share=self.share):
                     yield self._globalize(got, cross=True, one_stream=one)
+
+    def _calls(self):
+        """The partition's kernel calls: (rows, other rows or None for a self-join, whether the other side is B)."""
+        if self.part.self_part:
+            yield self.pa, None, False
+        if self.part.b is not None:
+            yield self.pa, self.pb, True
+
+    def _ids_on_device(self) -> bool:
+        """Rows read through a sorted copy, by a GPU driver that gives its pairs on the device: they are put in
+        original ids and sorted there (:mod:`daskjoin.kernels.gpu_ids`), not on the host."""
+        sides = [self.ia] + ([self.ib] if self.part.b is not None else [])
+        if not self.kernel.device_pairs or not all(isinstance(ids, np.ndarray) for ids in sides):
+            return False
+        from ..kernels.gpu_ids import ID_LIMIT
+
+        readers = [r for r in (self.job.reader_a, self.job.reader_b) if r is not None]
+        return max(r.n for r in readers) <= ID_LIMIT  # original ids are below the input's rows
+
+    def _device_batches(self, max_pairs: int | None):
+        """The partition's pairs in original ids, sorted on the device: one ``SortedRun`` stream.  Where they
+        would not all fit the device, what is held and the rest go the host's way (plain batches)."""
+        from ..kernels import gpu_ids
+        from ..kernels.gpu_common import cupy, to_host
+        from ..kernels.registry import split_batch
+
+        cp = cupy()
+        eps, wd, share = self.job.eps, self.job.with_distance, self.share
+        ids = {False: cp.asarray(self.ia)}
+        if self.part.b is not None:
+            ids[True] = cp.asarray(self.ib)
+        room, total, held = gpu_ids.room(), 0, []
+        calls = list(self._calls())
+        for k, (a, b, cross) in enumerate(calls):
+            driver = self.kernel.driver(a, b, eps, share)
+            total += driver.count()
+            if total > room:
+                step = max_pairs or total
+                for piece in held:
+                    yield from split_batch(to_host(*piece), step)
+                held = []
+                yield from (self._globalize(got, cross) for got in driver.batches(step, wd))
+                for a, b, cross in calls[k + 1:]:
+                    batches = self.kernel.self_batches(a, eps, step, wd, share) if b is None else \
+                        self.kernel.cross_batches(a, b, eps, step, wd, share)
+                    yield from (self._globalize(got, cross) for got in batches)
+                return
+            held.append(gpu_ids.in_original_ids(*driver.pairs(wd, device=True), ids[False], ids[cross],
+                                                self.job.selfjoin))
+            del driver
+        yield from gpu_ids.sorted_batches(held, max_pairs or max(1, total))
 
     def count(self) -> int:
         kernel = self.kernel
