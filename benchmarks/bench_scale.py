@@ -51,7 +51,8 @@ def calibrated_eps(kind: str, n: int, d: int, neighbours: float, seed: int = 0) 
 
 
 class GpuSampler:
-    """nvidia-smi's utilisation and memory of GPU 0 every 100 ms, on a thread, while a block runs."""
+    """nvidia-smi's utilisation and memory of every visible GPU every 100 ms, on a thread, while a block runs
+    (with several GPUs the busy share and mean are over all of them)."""
 
     def __init__(self):
         self.util, self.mem = [], []
@@ -59,8 +60,10 @@ class GpuSampler:
         self._thread = None
 
     def __enter__(self):
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # nvidia-smi itself lists every GPU
         self._proc = subprocess.Popen(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits",
-                                       "-lms", "100"], stdout=subprocess.PIPE, text=True)
+                                       "-lms", "100", *(["-i", visible] if visible else [])],
+                                      stdout=subprocess.PIPE, text=True)
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
         return self
@@ -119,6 +122,22 @@ def task_times(stream) -> list[float]:
             if ss.get("action") == "compute":
                 out.append(ss["stop"] - ss["start"])
     return out
+
+
+def worker_busy(stream) -> dict:
+    """Seconds each worker spent in the join's tasks, and the least busy worker's share of the busiest's
+    (1.0: every GPU as busy as the busiest; one worker: 1.0)."""
+    busy = {}
+    for t in stream:
+        if "partition_to_parquet" not in str(t.get("key", "")):
+            continue
+        for ss in t.get("startstops", ()):
+            if ss.get("action") == "compute":
+                busy[t.get("worker", "?")] = busy.get(t.get("worker", "?"), 0.0) + ss["stop"] - ss["start"]
+    if not busy:
+        return {}
+    return {"worker_busy_s": sorted(round(v, 2) for v in busy.values()),
+            "busy_spread": round(min(busy.values()) / max(busy.values()), 3) if len(busy) > 1 else 1.0}
 
 
 def spread(times: list[float]) -> dict:
@@ -181,6 +200,7 @@ def main() -> None:
                        "exact": result.pairs == count, "files": result.files, "bytes": result.bytes,
                        "partitions": result.plan.ntasks, "partitioning": result.plan.partitioning,
                        "pairs_per_s": round(result.pairs / wall), "task_times": spread(task_times(stream.data)),
+                       **worker_busy(stream.data),
                        **smi.summary(), "pool_used_max_bytes": int(used), "pool_held_max_bytes": int(held),
                        "within_budget": used <= parse_bytes(budget), "tasks_inside": result.tasks}
                 rows.append(row)

@@ -5,44 +5,86 @@ while the output wants original ids in (i, j) order: two random look-ups, a min/
 of every pair.  On the host that took ~4 s a task for 100M pairs (an H200 host, 16 cores: slab tasks
 wrote Parquet 7x slower than chunk-pair tasks, 2026-11-27); on the device it takes milliseconds, and the
 task then streams one checked ``SortedRun`` as it does for chunk pairs.
+
+Device memory: a call's pairs (20 bytes each) become one packed key in original ids and the distance (12
+bytes) in one pass, and the keys are sorted with the distances: no more than the drivers' own device sort
+(``OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR``), so a slab planned for a budget sorts on the device too.
 """
 from __future__ import annotations
 
-from .gpu_common import cupy, device_budget_bytes, sorted_on_device, sorted_to_host
+import functools
+
+from .gpu_common import cupy, device_budget_bytes, sorted_to_host, to_host
 from .grid_gpu import OUTPUT_BYTES_PER_PAIR, SORT_BYTES_PER_PAIR
 
-#: the packed sort key (i << 32 | j) holds ids below this
+#: the packed key (i << 32 | j) holds ids up to this
 ID_LIMIT = 1 << 32
-#: device bytes per pair besides the output and its sort: the two looked-up id columns
-LOOKUP_BYTES_PER_PAIR = 16
 
 
 def room() -> int:
-    """The pairs the device may hold for this: the outputs, their original ids and the sort."""
-    per_pair = OUTPUT_BYTES_PER_PAIR + LOOKUP_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR
-    return max(0, device_budget_bytes(0.4) // per_pair)
+    """The pairs the device may hold for this: the calls' outputs, their keys and the sort."""
+    return max(0, device_budget_bytes(0.4) // (OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR))
 
 
-def in_original_ids(i, j, d, ids_i, ids_j, selfjoin: bool):
-    """Device pairs of local rows in original ids (``ids_i``, ``ids_j``: device int64 arrays, one per side);
-    ``i < j`` restored in a self-join, whose sorted copy reorders the rows."""
+@functools.lru_cache(maxsize=None)
+def _pack_kernel():
+    # one pass: both look-ups, i < j restored where the copy reordered a self-join's rows, one key
+    return cupy().ElementwiseKernel(
+        "int64 li, int64 lj, raw int64 ids_i, raw int64 ids_j, bool ordered", "uint64 key",
+        """
+        const unsigned long long a = (unsigned long long)ids_i[li], b = (unsigned long long)ids_j[lj];
+        const bool swap = ordered && b < a;
+        key = ((swap ? b : a) << 32) | (swap ? a : b);
+        """, "daskjoin_pack_original_ids")
+
+
+def original_keys(pairs: list, ids_i, ids_j, selfjoin: bool):
+    """A call's device pairs ``[i, j, d]`` of local rows (the list is emptied, so they are freed here) as
+    ``(key, d)``: ``key = i << 32 | j`` in original ids (``ids_i``, ``ids_j``: device int64 arrays, one per
+    side), ``i < j`` in a self-join."""
     cp = cupy()
-    gi, gj = ids_i[i], ids_j[j]
-    if selfjoin:
-        gi, gj = cp.minimum(gi, gj), cp.maximum(gi, gj)
-    return gi, gj, d
+    i, j, d = pairs
+    pairs.clear()
+    key = cp.empty(i.shape[0], cp.uint64)
+    if i.shape[0]:
+        _pack_kernel()(i, j, ids_i, ids_j, bool(selfjoin), key)
+    return key, d
 
 
-def sorted_batches(pieces, max_pairs: int):
-    """Device pairs in original ids (``pieces`` of ``(i, j, d)``, ``d`` may be None), sorted by (i, j) on the
-    device and moved to the host as ``SortedRun`` batches of at most ``max_pairs`` pairs."""
+def _unpacked(key):
     cp = cupy()
-    pieces = [p for p in pieces if p[0].shape[0]]
-    if not pieces:
+    return (key >> cp.uint64(32)).astype(cp.int64), (key & cp.uint64(0xFFFFFFFF)).astype(cp.int64)
+
+
+def host_batches(pieces: list, max_pairs: int):
+    """``(key, d)`` pieces (emptied) to the host as they are, plain ``(i, j, d)`` batches of at most ``max_pairs``
+    (the task sorts them): what a partition held when its next call would overflow the device."""
+    from .registry import split_batch
+
+    while pieces:
+        key, d = pieces.pop(0)
+        yield from split_batch(to_host(*_unpacked(key), d), max_pairs)
+
+
+def sorted_batches(pieces: list, max_pairs: int):
+    """``(key, d)`` pieces (emptied) sorted by key on the device, to the host as ``SortedRun`` batches of
+    ``(i, j, d)`` of at most ``max_pairs`` pairs (``d`` None without distances)."""
+    cp = cupy()
+    kept = [p for p in pieces if p[0].shape[0]]
+    pieces.clear()
+    if not kept:
         return
-    i, j = (cp.concatenate([p[t] for p in pieces]) if len(pieces) > 1 else pieces[0][t] for t in (0, 1))
+    key = cp.concatenate([p[0] for p in kept]) if len(kept) > 1 else kept[0][0]
     d = None
-    if pieces[0][2] is not None:
-        d = cp.concatenate([p[2] for p in pieces]) if len(pieces) > 1 else pieces[0][2]
-    del pieces
-    yield from sorted_to_host(*sorted_on_device(i, j, d), max_pairs)
+    if kept[0][1] is not None:
+        d = cp.concatenate([p[1] for p in kept]) if len(kept) > 1 else kept[0][1]
+    del kept
+    if d is None:
+        key = cp.sort(key)
+    else:
+        order = cp.argsort(key)
+        key, d = key[order], d[order]
+        del order
+    i, j = _unpacked(key)
+    del key
+    yield from sorted_to_host(i, j, d, max_pairs)

@@ -180,8 +180,7 @@ class _Sides:
         """The partition's pairs in original ids, sorted on the device: one ``SortedRun`` stream.  Where they
         would not all fit the device, what is held and the rest go the host's way (plain batches)."""
         from ..kernels import gpu_ids
-        from ..kernels.gpu_common import cupy, to_host
-        from ..kernels.registry import split_batch
+        from ..kernels.gpu_common import cupy
 
         cp = cupy()
         eps, wd, share = self.job.eps, self.job.with_distance, self.share
@@ -195,17 +194,15 @@ class _Sides:
             total += driver.count()
             if total > room:
                 step = max_pairs or total
-                for piece in held:
-                    yield from split_batch(to_host(*piece), step)
-                held = []
+                yield from gpu_ids.host_batches(held, step)
                 yield from (self._globalize(got, cross) for got in driver.batches(step, wd))
                 for a, b, cross in calls[k + 1:]:
                     batches = self.kernel.self_batches(a, eps, step, wd, share) if b is None else \
                         self.kernel.cross_batches(a, b, eps, step, wd, share)
                     yield from (self._globalize(got, cross) for got in batches)
                 return
-            held.append(gpu_ids.in_original_ids(*driver.pairs(wd, device=True), ids[False], ids[cross],
-                                                self.job.selfjoin))
+            held.append(gpu_ids.original_keys(list(driver.pairs(wd, device=True)), ids[False], ids[cross],
+                                              self.job.selfjoin))
             del driver
         yield from gpu_ids.sorted_batches(held, max_pairs or max(1, total))
 
