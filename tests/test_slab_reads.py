@@ -1,8 +1,11 @@
-"""What a slab task reads: a count needs the sorted copy's points only, never its id array."""
+"""What a slab task reads (a count needs the sorted copy's points only, never its id array), and how its pairs
+of sorted-copy rows become original ids on the host."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oracle import oracle_cross_count, oracle_self_count
 
@@ -28,3 +31,20 @@ def test_a_slab_count_reads_no_ids(mode, monkeypatch):
     monkeypatch.setattr(SortedCopy, "read", no_ids)
     total = sum(job.count(part) for part in plan.partitions)
     assert total == (oracle_self_count(a, eps) if b is None else oracle_cross_count(a, b, eps))
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 300), m=st.integers(0, 500), ordered=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_to_original_is_numpys_lookup_and_order(n, m, ordered, seed):
+    from daskjoin.kernels.original_ids import to_original
+
+    rng = np.random.default_rng(seed)
+    ids_i = rng.permutation(10 * n)[:n].astype(np.int64)
+    ids_j = rng.permutation(10 * n)[:n].astype(np.int64)
+    li, lj = rng.integers(0, n, m), rng.integers(0, n, m)
+    i, j = to_original(li, lj, ids_i, ids_j, ordered)
+    a, b = ids_i[li], ids_j[lj]
+    if ordered:
+        a, b = np.minimum(a, b), np.maximum(a, b)
+    assert i.dtype == j.dtype == np.int64
+    assert np.array_equal(i, a) and np.array_equal(j, b)

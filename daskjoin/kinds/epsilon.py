@@ -123,6 +123,10 @@ class _Sides:
     def _globalize(self, batch, cross: bool, one_stream: bool = False):
         li, lj, dist = batch
         ids_b = self.ib if cross else self.ia
+        if isinstance(self.ia, np.ndarray) and isinstance(ids_b, np.ndarray):  # both sides read through sorted copies
+            from ..kernels.original_ids import to_original
+
+            return (*to_original(li, lj, self.ia, ids_b, self.job.selfjoin), dist)
         offsets = isinstance(self.ia, int) and isinstance(ids_b, int)
         i, j = _to_original(li, self.ia), _to_original(lj, ids_b)
         if self.job.selfjoin and not offsets:
