@@ -125,7 +125,7 @@ def task_times(stream) -> list[float]:
 
 
 def worker_busy(stream) -> dict:
-    """Seconds each worker spent in the join's tasks, and the least busy worker's share of the busiest's
+    """Seconds each worker spent in the join's Parquet tasks, and the least busy worker's share of the busiest's
     (1.0: every GPU as busy as the busiest; one worker: 1.0)."""
     busy = {}
     for t in stream:

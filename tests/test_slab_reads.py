@@ -48,3 +48,26 @@ def test_to_original_is_numpys_lookup_and_order(n, m, ordered, seed):
         a, b = np.minimum(a, b), np.maximum(a, b)
     assert i.dtype == j.dtype == np.int64
     assert np.array_equal(i, a) and np.array_equal(j, b)
+
+
+@pytest.mark.parametrize("rows, side_ids, backend, expected", [
+    (2**32, "arrays", "gpu", True),       # ids up to 2^32 - 1 pack into the device's 64-bit key
+    (2**32 + 1, "arrays", "gpu", False),  # one more row: the host's way
+    (1000, "offsets", "gpu", False),      # rows read by offset (chunk pairs) keep the drivers' own order
+    (1000, "mixed", "gpu", False),
+    (1000, "arrays", "cpu", False),
+])
+def test_which_partitions_put_their_pairs_in_original_ids_on_the_device(rows, side_ids, backend, expected):
+    from types import SimpleNamespace
+
+    from daskjoin.kernels import get_kernel
+    from daskjoin.kinds.epsilon import _Sides
+
+    sides = object.__new__(_Sides)  # no rows read: only the decision
+    sides.kernel = get_kernel("grid", backend)
+    reader = SimpleNamespace(n=rows)
+    sides.job = SimpleNamespace(reader_a=reader, reader_b=None)
+    sides.part = SimpleNamespace(b=(0, 5))
+    ids = np.arange(5, dtype=np.int64)
+    sides.ia, sides.ib = {"arrays": (ids, ids), "offsets": (0, 5), "mixed": (ids, 5)}[side_ids]
+    assert sides._ids_on_device() is expected

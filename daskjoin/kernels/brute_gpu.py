@@ -33,7 +33,7 @@ import numpy as np
 
 from . import tc_quant
 from .exact import NORM_FLOOR, eps_squared, error_constants
-from .gpu_common import cupy, device_budget_bytes, kernel, sorted_on_device, sorted_to_host, to_host
+from .gpu_common import cupy, device_budget_bytes, kernel, sort_room, sorted_on_device, sorted_to_host, to_host
 from .grid_gpu import device_bounds, on_device, to_device64
 from .pivot_chain import greedy_chain
 from .registry import bounded_ranges, split_batch, transfer_pairs
@@ -536,7 +536,7 @@ class GpuBruteJoin:
         tile^2)`` pairs past it (see :meth:`_range_parts`); the products by ``batch_bytes``.
         """
         step = max(1, min(int(max_pairs), transfer_pairs()))  # pinned host copies of one row group at most
-        fits = max(1, device_budget_bytes(0.4) // 56)  # 20 B of pairs + 36 B to sort them
+        fits = sort_room()  # the pairs and their sort
         held, count, spilled = [], 0, False
         for lo, hi in self._ranges():
             # While pairs are held on the device, a range may give all of what is left there as one part:
@@ -563,7 +563,9 @@ class GpuBruteJoin:
 
     def _sorted_to_host(self, held, step: int):
         cp = cupy()
-        i, j = (cp.concatenate([h[t] for h in held]) if len(held) > 1 else held[0][t] for t in (0, 1))
-        d = None if held[0][2] is None else (cp.concatenate([h[2] for h in held]) if len(held) > 1 else held[0][2])
+        pairs = [cp.concatenate([h[t] for h in held]) if len(held) > 1 else held[0][t] for t in (0, 1)]
+        pairs.append(None if held[0][2] is None else (cp.concatenate([h[2] for h in held]) if len(held) > 1
+                                                      else held[0][2]))
+        held.clear()
         # local row numbers of one partition stay below 2**32: one packed key, one radix sort
-        yield from sorted_to_host(*sorted_on_device(i, j, d), step)
+        yield from sorted_to_host(*sorted_on_device(pairs), step)

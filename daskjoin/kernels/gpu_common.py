@@ -116,32 +116,48 @@ def to_host(*arrays, pinned: bool = True):
     return tuple(out)
 
 
-def sorted_on_device(i, j, d):
-    """Device pairs sorted by (i, j): one radix sort of a packed key (ids below 2**32: a partition's local
-    rows, or original ids checked by the caller)."""
+def sorted_on_device(pairs: list):
+    """Device pairs ``[i, j, d]`` (the list is emptied, so the unsorted arrays are freed as their sorted
+    copies are made) sorted by (i, j): one radix sort of a packed key (a partition's local rows, below 2**32)."""
     cp = cupy()
+    i, j, d = pairs
+    pairs.clear()
     order = cp.argsort((i.astype(cp.uint64) << cp.uint64(32)) | j.astype(cp.uint64))
     i, j = i[order], j[order]
     d = None if d is None else d[order]
     return i, j, d
 
 
-def sorted_to_host(i, j, d, max_pairs: int):
-    """Device arrays already sorted by (i, j), checked on the device, to the host as ``SortedRun`` batches
-    of at most ``max_pairs`` pairs and one row group each (:func:`~.registry.transfer_pairs`)."""
-    from .. import config
-    from .registry import SortedRun, transfer_pairs
+def sort_room() -> int:
+    """The pairs a driver may hold on the device and sort there: their outputs and the sort's buffers."""
+    from .grid_gpu import OUTPUT_BYTES_PER_PAIR, SORT_BYTES_PER_PAIR
 
-    cp = cupy()
-    n = int(i.shape[0])
-    # the promise checked where it is cheap (one pass on the device): strictly increasing (i, j)
-    if n > 1 and bool(cp.any((i[1:] < i[:-1]) | ((i[1:] == i[:-1]) & (j[1:] <= j[:-1])))):
-        raise RuntimeError("pairs sorted on the device are out of order (a bug in daskjoin: please report it)")
+    return max(1, device_budget_bytes(0.4) // (OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR))
+
+
+def host_batches(i, j, d, max_pairs: int):
+    """Device pairs to the host in batches of at most ``max_pairs`` pairs and one row group each
+    (:func:`~.registry.transfer_pairs`), into pinned memory where ``daskjoin.pinned-output`` says so."""
+    from .. import config
+    from .registry import transfer_pairs
+
     step = max(1, min(int(max_pairs), transfer_pairs()))
     pinned = bool(config.get("pinned-output"))
-    for at in range(0, n, step):
-        yield SortedRun(to_host(i[at:at + step], j[at:at + step], None if d is None else d[at:at + step],
-                                pinned=pinned))
+    for at in range(0, int(i.shape[0]), step):
+        yield to_host(i[at:at + step], j[at:at + step], None if d is None else d[at:at + step], pinned=pinned)
+
+
+def sorted_to_host(i, j, d, max_pairs: int):
+    """Device arrays already sorted by (i, j), checked on the device, to the host as ``SortedRun`` batches
+    (:func:`host_batches`)."""
+    from .registry import SortedRun
+
+    cp = cupy()
+    # the promise checked where it is cheap (one pass on the device): strictly increasing (i, j)
+    if i.shape[0] > 1 and bool(cp.any((i[1:] < i[:-1]) | ((i[1:] == i[:-1]) & (j[1:] <= j[:-1])))):
+        raise RuntimeError("pairs sorted on the device are out of order (a bug in daskjoin: please report it)")
+    for batch in host_batches(i, j, d, max_pairs):
+        yield SortedRun(batch)
 
 
 #: one output copy larger than this goes to pageable memory through the staging buffers (host_copy), whatever

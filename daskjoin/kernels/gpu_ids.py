@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import functools
 
-from .gpu_common import cupy, device_budget_bytes, sorted_to_host, to_host
-from .grid_gpu import OUTPUT_BYTES_PER_PAIR, SORT_BYTES_PER_PAIR
+from .gpu_common import cupy, host_batches, sort_room, sorted_to_host
 
-#: the packed key (i << 32 | j) holds ids up to this
+#: the packed key (i << 32 | j) holds ids below this: inputs of at most this many rows
 ID_LIMIT = 1 << 32
 
 
 def room() -> int:
-    """The pairs the device may hold for this: the calls' outputs, their keys and the sort."""
-    return max(0, device_budget_bytes(0.4) // (OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR))
+    """The pairs the device may hold for this, asked once a call's index exists: the outputs, their keys and
+    the sort (what is held already is counted in it again, which errs on the safe side)."""
+    return sort_room()
 
 
 @functools.lru_cache(maxsize=None)
@@ -56,14 +56,14 @@ def _unpacked(key):
     return (key >> cp.uint64(32)).astype(cp.int64), (key & cp.uint64(0xFFFFFFFF)).astype(cp.int64)
 
 
-def host_batches(pieces: list, max_pairs: int):
-    """``(key, d)`` pieces (emptied) to the host as they are, plain ``(i, j, d)`` batches of at most ``max_pairs``
-    (the task sorts them): what a partition held when its next call would overflow the device."""
-    from .registry import split_batch
-
+def unsorted_batches(pieces: list, max_pairs: int):
+    """``(key, d)`` pieces (emptied) to the host as they are, plain ``(i, j, d)`` batches (the task sorts them):
+    what a partition held when its next call would overflow the device."""
     while pieces:
         key, d = pieces.pop(0)
-        yield from split_batch(to_host(*_unpacked(key), d), max_pairs)
+        i, j = _unpacked(key)
+        del key
+        yield from host_batches(i, j, d, max_pairs)
 
 
 def sorted_batches(pieces: list, max_pairs: int):

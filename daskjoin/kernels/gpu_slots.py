@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gpu_common import cupy, device_budget_bytes, sorted_on_device, sorted_to_host, to_host
-from .grid_gpu import OUTPUT_BYTES_PER_PAIR, SORT_BYTES_PER_PAIR
+from .gpu_common import cupy, device_budget_bytes, sort_room, sorted_on_device, sorted_to_host, to_host
+from .grid_gpu import OUTPUT_BYTES_PER_PAIR
 from .registry import split_batch, transfer_pairs
 
 
@@ -33,10 +33,10 @@ def slot_batches(fill, room, max_pairs: int):
     """Host batches of at most ``max_pairs`` pairs: one sorted run where all fit the device, else runs of slots."""
     if not room.shape[0]:
         return
-    if int(room.sum()) <= max(1, device_budget_bytes(0.4) // (OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR)):
-        i, j, d = fill(0, int(room.shape[0]))
-        if i.shape[0]:
-            yield from sorted_to_host(*sorted_on_device(i, j, d), max_pairs)
+    if int(room.sum()) <= sort_room():
+        pairs = list(fill(0, int(room.shape[0])))
+        if pairs[0].shape[0]:
+            yield from sorted_to_host(*sorted_on_device(pairs), max_pairs)
         return
     step = max(1, min(int(max_pairs), device_budget_bytes(0.4) // OUTPUT_BYTES_PER_PAIR, transfer_pairs()))
     for t0, t1 in slot_runs(room, step):
@@ -48,4 +48,6 @@ def all_pairs(batches, with_distance: bool, xp=np):
     parts = list(batches)
     if not parts:
         return xp.empty(0, np.int64), xp.empty(0, np.int64), (xp.empty(0, np.float32) if with_distance else None)
+    if len(parts) == 1:  # no copy: one run of slots is the whole
+        return tuple(parts[0])
     return tuple(None if parts[0][t] is None else xp.concatenate([p[t] for p in parts]) for t in range(3))

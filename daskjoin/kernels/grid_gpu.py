@@ -19,8 +19,8 @@ import threading
 import numpy as np
 
 from .exact import eps_squared
-from .gpu_common import (cupy, device_budget_bytes, kernel, output_args, pinned_empty, pinned_output, sorted_on_device,
-                         sorted_to_host, to_host)
+from .gpu_common import (cupy, device_budget_bytes, kernel, output_args, pinned_empty, pinned_output, sort_room,
+                         sorted_on_device, sorted_to_host, to_host)
 from .grid_geometry import MAX_CELL_ID, DENSE_CELLS_PER_POINT, PATTERNS, boundary_slack, choose_grid
 from .registry import split_batch, transfer_pairs
 from .shares import point_range
@@ -318,7 +318,7 @@ class GpuGridJoin:
         bounded by the device budget; host batches by ``max_pairs``.
         """
         total = self.count()
-        if 0 < total <= max(1, device_budget_bytes(0.4) // (OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR)):
+        if 0 < total <= sort_room():
             yield from self._sorted_batches(total, max_pairs, with_distance)
             return
         cp = cupy()
@@ -338,6 +338,6 @@ class GpuGridJoin:
             lo = hi
 
     def _sorted_batches(self, total: int, max_pairs: int, with_distance: bool):
-        i, j, d = self._fill(0, self.nitems, with_distance, device=True)
         # local row numbers of one partition stay below 2**32: one packed key, one radix sort
-        yield from sorted_to_host(*sorted_on_device(i, j, d), max_pairs)
+        yield from sorted_to_host(*sorted_on_device(list(self._fill(0, self.nitems, with_distance, device=True))),
+                                  max_pairs)

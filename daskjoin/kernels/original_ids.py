@@ -2,9 +2,10 @@
 
 A slab task's kernels number rows by their place in the sorted copy; each pair's ``i`` and ``j`` are looked
 up in the copy's id columns and, in a self-join (whose copy reorders the rows), ordered so that ``i < j``.
-numpy did this in four passes, two of them random gathers, each on one core: 2.0 s for 30M pairs on the
-2-core VM, against 3.3 s for the sort that follows (``benchmarks`` note in the commit).  The GPU drivers do
-the same on the device (:mod:`.gpu_ids`).
+numpy did this in four passes, two of them random gathers, each on one core: 0.8-1.8 s for 30M pairs on the
+2-core VM where this takes 0.4 s (a 2M x 3-d slab to Parquet, one worker: 5.9-6.8 s before, 3.7-4.6 s after,
+``benchmarks/results/slabs-cpu-vm-2026-11-27-original-ids.json``).  The GPU drivers do the same on the
+device (:mod:`.gpu_ids`).
 """
 from __future__ import annotations
 

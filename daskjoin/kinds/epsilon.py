@@ -57,7 +57,8 @@ class JoinJob:
     label = "daskjoin-pairs"
 
     def batches(self, part: Partition, max_pairs: int | None):
-        """The partition's (i, j, dist) in original ids, in batches of at most ``max_pairs`` (None: one batch)."""
+        """The partition's (i, j, dist) in original ids, in batches of at most ``max_pairs`` (None: unbounded;
+        still several where the partition is two kernel calls or comes sorted from the device)."""
         yield from _Sides(self, part).batches(max_pairs)
 
     def count(self, part: Partition) -> int:
@@ -141,7 +142,9 @@ class _Sides:
         """(i, j, dist) arrays in global ids; bounded batches when ``max_pairs`` is given.
 
         A kernel's ``SortedRun`` stays one where the partition is one kernel call (a block, or a
-        pair of blocks) read by row offsets: the task then streams it without sorting.
+        pair of blocks) read by row offsets: the task then streams it without sorting.  Rows read
+        through sorted copies by a GPU driver that gives its pairs on the device (slabs) become one
+        ``SortedRun`` there, in original ids (:meth:`_device_batches`).
         """
         if self._ids_on_device():
             yield from self._device_batches(max_pairs)
@@ -163,7 +166,8 @@ class _Sides:
                     yield self._globalize(got, cross=True, one_stream=one)
 
     def _calls(self):
-        """The partition's kernel calls: (rows, other rows or None for a self-join, whether the other side is B)."""
+        """The partition's kernel calls: (rows, other rows or None for a self-join, whether the other rows are
+        ``pb``, whose ids are ``ib``: B's rows, or a self-join slab's extension)."""
         if self.part.self_part:
             yield self.pa, None, False
         if self.part.b is not None:
@@ -191,24 +195,37 @@ class _Sides:
         ids = {False: cp.asarray(self.ia)}
         if self.part.b is not None:
             ids[True] = cp.asarray(self.ib)
-        room, total, held = gpu_ids.room(), 0, []
+        total, held = 0, []
         calls = list(self._calls())
         for k, (a, b, cross) in enumerate(calls):
             driver = self.kernel.driver(a, b, eps, share)
-            total += driver.count()
-            if total > room:
-                step = max_pairs or total
-                yield from gpu_ids.host_batches(held, step)
-                yield from (self._globalize(got, cross) for got in driver.batches(step, wd))
-                for a, b, cross in calls[k + 1:]:
-                    batches = self.kernel.self_batches(a, eps, step, wd, share) if b is None else \
-                        self.kernel.cross_batches(a, b, eps, step, wd, share)
-                    yield from (self._globalize(got, cross) for got in batches)
+            found = driver.count()
+            total += found
+            if total > gpu_ids.room():
+                yield from self._host_way(held, driver, calls[k:], max_pairs or total)
                 return
-            held.append(gpu_ids.original_keys(list(driver.pairs(wd, device=True)), ids[False], ids[cross],
-                                              self.job.selfjoin))
+            if found:
+                held.append(gpu_ids.original_keys(list(driver.pairs(wd, device=True)), ids[False], ids[cross],
+                                                  self.job.selfjoin))
             del driver
         yield from gpu_ids.sorted_batches(held, max_pairs or max(1, total))
+
+    def _host_way(self, held: list, driver, calls: list, step: int):
+        """Past the device's room: what ``held`` holds, then ``driver``'s call (the first of ``calls``) and the
+        later calls, as plain batches in original ids (the task sorts them)."""
+        from ..kernels import gpu_ids
+
+        eps, wd, share = self.job.eps, self.job.with_distance, self.share
+        yield from gpu_ids.unsorted_batches(held, step)
+        for k, (a, b, cross) in enumerate(calls):
+            if k == 0:
+                batches = driver.batches(step, wd)
+            elif b is None:
+                batches = self.kernel.self_batches(a, eps, step, wd, share)
+            else:
+                batches = self.kernel.cross_batches(a, b, eps, step, wd, share)
+            for got in batches:
+                yield self._globalize(got, cross)
 
     def count(self) -> int:
         kernel = self.kernel
