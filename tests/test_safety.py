@@ -392,7 +392,8 @@ def test_set_store_missing_first_offsets_chunk_is_damage(tmp_path):
 
 
 def test_damaged_or_legacy_sorted_copy(client, tmp_path):
-    """A sorted copy missing a chunk is an error, never zeros; a copy without the current layout mark is rebuilt."""
+    """A sorted copy missing a chunk is an error, never zeros (a count reads its points only, pairs its ids too);
+    a copy without the current layout mark is rebuilt."""
     import glob
     import json as _json
 
@@ -414,7 +415,13 @@ def test_damaged_or_legacy_sorted_copy(client, tmp_path):
     assert "layout" in _json.load(open(meta_path))["attributes"]["daskjoin"]  # rebuilt
     os.remove(os.path.join(copy, "ids", "c", "3"))
     clear_caches()
-    with pytest.raises(DamagedStoreError, match="ids/c/3"):
+    with pytest.raises(DamagedStoreError, match="ids/c/3"):  # pairs need the ids
+        dj.similarity_join(path, **{**kw, "output": "pairs"}).compute()
+    assert dj.similarity_join(path, **kw) == expected  # a count reads no ids
+    [chunk] = glob.glob(os.path.join(copy, "points", "c", "3", "*"))
+    os.remove(chunk)
+    clear_caches()
+    with pytest.raises(DamagedStoreError, match="points/c/3"):
         dj.similarity_join(path, **kw)
 
 
