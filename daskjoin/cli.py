@@ -428,8 +428,8 @@ _QUIETED: dict = {}  # logger name -> its level before _quiet_shutdown
 
 def _quiet_shutdown() -> None:
     """After an interrupt or failure nothing more is news: silence the cluster's shutdown chatter (and the
-    coroutines an interrupted event loop leaves unawaited, which Python reports as it exits: kept silenced,
-    since that report comes after ``main`` returns; seen after our last line in a SIGINT test)."""
+    coroutines and tasks an interrupted event loop leaves behind, which Python reports as it exits: kept
+    silenced, since that report comes after ``main`` returns; see ``_KEPT_QUIET``)."""
     import logging
     import warnings
 
@@ -440,12 +440,18 @@ def _quiet_shutdown() -> None:
         logger.setLevel(logging.CRITICAL + 1)
 
 
+#: stays silenced once quieted: Python reports the tasks an interrupted event loop left pending through the
+#: asyncio logger as the process exits, after ``main`` returned (seen after our last line in a SIGINT test)
+_KEPT_QUIET = ("asyncio",)
+
+
 def _restore_logging() -> None:
     import logging
 
     while _QUIETED:
         name, level = _QUIETED.popitem()
-        logging.getLogger(name).setLevel(level)
+        if name not in _KEPT_QUIET:
+            logging.getLogger(name).setLevel(level)
 
 
 def main(argv=None) -> int:
