@@ -28,6 +28,15 @@ for case in [c for c in CASES if c.a.dtype == np.float64 and (c.b is None or c.b
         k = get_kernel(method, "cpu", **options)
         assert_same_pairs(k.self_join(case.a, case.eps), oracle_self_pairs(case.a, case.eps), context=case.name)
         assert_same_pairs(k.cross_join(case.a, b, case.eps), oracle_cross_pairs(case.a, b, case.eps), context=case.name)
+from daskjoin.kernels.original_ids import to_original  # a slab's look-up of original ids
+rng = np.random.default_rng(0)
+ids_i, ids_j = rng.permutation(50).astype(np.int64), rng.permutation(70).astype(np.int64)
+li, lj = rng.integers(0, 50, 300), rng.integers(0, 70, 300)
+for ordered in (False, True):
+    i, j = to_original(li, lj, ids_i, ids_j, ordered)
+    a, b = ids_i[li], ids_j[lj]
+    a, b = (np.minimum(a, b), np.maximum(a, b)) if ordered else (a, b)
+    assert (i == a).all() and (j == b).all()
 print("ok")
 """
 
