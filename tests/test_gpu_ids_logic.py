@@ -1,0 +1,121 @@
+"""The logic of a slab's device path (``kinds/epsilon._Sides._device_batches``, ``kernels/gpu_ids``, the device
+sort helpers of ``kernels/gpu_common``) on any machine: numpy stands in for CuPy, and the CPU grid driver for a
+GPU driver that gives its pairs "on the device".  The CUDA code itself is tested in ``test_gpu_ids.py``.
+"""
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from cases import case_by_name
+from oracle import assert_same_pairs, oracle_cross_pairs, oracle_self_pairs
+
+
+class _PackKernel:
+    """``gpu_ids._pack_kernel()``'s ElementwiseKernel, in numpy."""
+
+    def __init__(self, *args):
+        pass
+
+    def __call__(self, li, lj, ids_i, ids_j, ordered, key):
+        a, b = ids_i[li].astype(np.uint64), ids_j[lj].astype(np.uint64)
+        if ordered:
+            a, b = np.minimum(a, b), np.maximum(a, b)
+        key[:] = (a << np.uint64(32)) | b
+
+
+NUMPY_AS_CUPY = SimpleNamespace(ElementwiseKernel=_PackKernel, **{
+    name: getattr(np, name) for name in ("asarray", "empty", "uint64", "int64", "concatenate", "sort", "argsort",
+                                         "any")})
+
+
+@pytest.fixture
+def numpy_device(monkeypatch):
+    """CuPy replaced by numpy in the device helpers; ``room`` settable (a list of values, cycled per call)."""
+    from daskjoin.kernels import Kernel, gpu_common, gpu_ids
+    from daskjoin.kinds.epsilon import JoinJob
+
+    monkeypatch.setattr(gpu_common, "cupy", lambda: NUMPY_AS_CUPY)
+    monkeypatch.setattr(gpu_ids, "cupy", lambda: NUMPY_AS_CUPY)
+    monkeypatch.setattr(gpu_common, "to_host", lambda *arrays, pinned=True: tuple(
+        None if a is None else np.array(a) for a in arrays))
+    gpu_ids._pack_kernel.cache_clear()
+    state = {"cycle": itertools.cycle([10**12])}
+    monkeypatch.setattr(gpu_ids, "room", lambda: next(state["cycle"]))
+
+    class OnDevice(Kernel):  # the CPU grid driver, its pairs handed over as if on the device
+        @property
+        def device_pairs(self):
+            return True
+
+        def driver(self, a, b, eps, share=None):
+            cpu = Kernel("grid", "cpu").driver(a, b, eps, share)
+            return SimpleNamespace(count=cpu.count, batches=cpu.batches,
+                                   pairs=lambda wd, device=False: cpu.pairs(wd) if device else None)
+
+    monkeypatch.setattr(JoinJob, "kernel", lambda self: OnDevice("grid", "cpu"))
+    yield lambda values: state.update(cycle=itertools.cycle(values))
+    gpu_ids._pack_kernel.cache_clear()
+
+
+def _partitions(a, b, eps, with_distance):
+    import daskjoin as dj
+    from daskjoin.kinds.epsilon import JoinJob
+
+    plan = dj.plan_join(a, b, eps=eps, partitioning="slabs", backend="cpu", memory_budget="48kB")
+    job = JoinJob.from_plan(plan, with_distance=with_distance)
+    return [[x for x in job.batches(part, 97) if len(x[0])] for part in plan.partitions]
+
+
+@pytest.mark.parametrize("name", ["uniform_d3_f32", "duplicates_d3_f64", "near_eps_d3_f32", "empty_a_d3_f64",
+                                  "single_d1_f64", "lattice_d2_unit_f64"])
+@pytest.mark.parametrize("mode", ["self", "cross"])
+@pytest.mark.parametrize("with_distance", [True, False])
+@pytest.mark.parametrize("rooms", [[10**12], [0], [10**12, 0]], ids=["fits", "never", "first-call-only"])
+def test_slab_pairs_through_the_device_path_match_the_oracle(numpy_device, name, mode, with_distance, rooms):
+    from daskjoin.kernels.registry import SortedRun
+
+    numpy_device(rooms)
+    case = case_by_name(name)
+    b = None if mode == "self" else case.b
+    parts = _partitions(case.a, b, case.eps, with_distance)
+    for batches in parts:
+        kinds = {isinstance(x, SortedRun) for x in batches}
+        assert len(kinds) <= 1, "a partition mixes a sorted run with plain batches"
+        if rooms == [10**12] and batches:
+            assert kinds == {True}
+            i = np.concatenate([x[0] for x in batches])
+            j = np.concatenate([x[1] for x in batches])
+            assert np.all((i[1:] > i[:-1]) | ((i[1:] == i[:-1]) & (j[1:] > j[:-1])))
+        if rooms == [0]:
+            assert kinds <= {False}
+    got = [x for batches in parts for x in batches]
+    expected = oracle_self_pairs(case.a, case.eps) if b is None else oracle_cross_pairs(case.a, case.b, case.eps)
+    if got:
+        joined = tuple(None if got[0][t] is None else np.concatenate([x[t] for x in got]) for t in range(3))
+    else:
+        joined = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32) if with_distance else None)
+    assert_same_pairs(joined, expected, context=f"{name}/{mode}/{rooms}", check_dist=with_distance)
+
+
+def test_sorted_on_device_empties_its_list_and_sorted_to_host_checks_the_order(numpy_device):
+    from daskjoin.kernels import gpu_common
+    from daskjoin.kernels.registry import SortedRun
+
+    rng = np.random.default_rng(0)
+    key = np.unique(rng.integers(0, 1 << 40, 5000))
+    i, j = (key >> 20).astype(np.int64), (key & ((1 << 20) - 1)).astype(np.int64)
+    perm = rng.permutation(len(i))
+    d = rng.random(len(i)).astype(np.float32)
+    pairs = [i[perm], j[perm], d[perm]]
+    si, sj, sd = gpu_common.sorted_on_device(pairs)
+    assert pairs == []  # emptied: the unsorted arrays are freed as the sorted ones are made
+    assert np.array_equal(si, i) and np.array_equal(sj, j) and np.array_equal(sd, d)
+    batches = list(gpu_common.sorted_to_host(si, sj, sd, 300))
+    assert all(isinstance(x, SortedRun) and len(x[0]) <= 300 for x in batches)
+    assert np.array_equal(np.concatenate([x[0] for x in batches]), i)
+    with pytest.raises(RuntimeError, match="out of order"):
+        list(gpu_common.sorted_to_host(si[::-1].copy(), sj[::-1].copy(), None, 300))
