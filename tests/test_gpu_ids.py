@@ -76,10 +76,10 @@ def test_slab_pairs_come_in_original_ids_as_one_sorted_run(name, mode, method):
 @pytest.mark.parametrize("mode", ["self", "cross"])
 def test_a_partition_over_the_device_room_goes_the_hosts_way_with_the_same_pairs(room, mode, monkeypatch):
     """``room`` 0: every call goes the host's way (plain batches); huge: every partition one sorted run."""
-    from daskjoin.kernels import gpu_ids
+    from daskjoin.kernels import gpu_common
     from daskjoin.kernels.registry import SortedRun
 
-    monkeypatch.setattr(gpu_ids, "room", lambda: room)
+    monkeypatch.setattr(gpu_common, "sort_room", lambda: room)
     case = case_by_name("uniform_d3_f32")
     b = None if mode == "self" else case.b
     _, parts = _slab_batches(case.a, b, case.eps, "grid", max_pairs=50)
@@ -91,12 +91,12 @@ def test_a_partition_over_the_device_room_goes_the_hosts_way_with_the_same_pairs
 def test_pairs_held_on_the_device_go_to_the_host_when_the_next_call_overflows(monkeypatch):
     """A self-join slab is two calls (its rows; its rows against the extension): with room for the first call
     only, the first call's pairs, held as keys on the device, go to the host unsorted, then the second call's."""
-    from daskjoin.kernels import gpu_ids
+    from daskjoin.kernels import gpu_common, gpu_ids
     from daskjoin.kernels.registry import SortedRun
 
     # every slab but the last has an extension: each partition's first call fits, its second overflows
     rooms = itertools.cycle([10**12, 0])
-    monkeypatch.setattr(gpu_ids, "room", lambda: next(rooms))
+    monkeypatch.setattr(gpu_common, "sort_room", lambda: next(rooms))
     moved = []
     unsorted = gpu_ids.unsorted_batches
 

@@ -44,7 +44,7 @@ def numpy_device(monkeypatch):
         None if a is None else np.array(a) for a in arrays))
     gpu_ids._pack_kernel.cache_clear()
     state = {"cycle": itertools.cycle([10**12])}
-    monkeypatch.setattr(gpu_ids, "room", lambda: next(state["cycle"]))
+    monkeypatch.setattr(gpu_common, "sort_room", lambda: next(state["cycle"]))
 
     class OnDevice(Kernel):  # the CPU grid driver, its pairs handed over as if on the device
         @property

@@ -14,16 +14,10 @@ from __future__ import annotations
 
 import functools
 
-from .gpu_common import cupy, host_batches, sort_room, sorted_to_host
+from .gpu_common import cupy, host_batches, sorted_to_host
 
 #: the packed key (i << 32 | j) holds ids below this: inputs of at most this many rows
 ID_LIMIT = 1 << 32
-
-
-def room() -> int:
-    """The pairs the device may hold for this, asked once a call's index exists: the outputs, their keys and
-    the sort (what is held already is counted in it again, which errs on the safe side)."""
-    return sort_room()
 
 
 @functools.lru_cache(maxsize=None)

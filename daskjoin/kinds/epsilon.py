@@ -187,10 +187,9 @@ class _Sides:
     def _device_batches(self, max_pairs: int | None):
         """The partition's pairs in original ids, sorted on the device: one ``SortedRun`` stream.  Where they
         would not all fit the device, what is held and the rest go the host's way (plain batches)."""
-        from ..kernels import gpu_ids
-        from ..kernels.gpu_common import cupy
+        from ..kernels import gpu_common, gpu_ids
 
-        cp = cupy()
+        cp = gpu_common.cupy()
         eps, wd, share = self.job.eps, self.job.with_distance, self.share
         ids = {False: cp.asarray(self.ia)}
         if self.part.b is not None:
@@ -201,7 +200,8 @@ class _Sides:
             driver = self.kernel.driver(a, b, eps, share)
             found = driver.count()
             total += found
-            if total > gpu_ids.room():
+            # asked once this call's index exists; what is held is counted in the free memory again (safe side)
+            if total > gpu_common.sort_room():
                 yield from self._host_way(held, driver, calls[k:], max_pairs or total)
                 return
             if found:
