@@ -12,7 +12,8 @@ Zarr store is written and eps chosen for ~32 neighbours a point; the exact count
 run reports: wall time, tasks, the pairs (checked against the count), the spread of task times
 (from Dask's task stream), how busy the GPU was (nvidia-smi's utilisation sampled every 100 ms
 while the join ran) and the peak device memory a task's pool held (sampled in the worker),
-against the budget.  JSON to benchmarks/results/, a table last.
+against the budget, and how many slab partitions outgrew the device's room (sorted there in passes over
+id ranges / on the host: "over room" passes/host).  JSON to benchmarks/results/, a table last.
 """
 from __future__ import annotations
 
@@ -113,6 +114,35 @@ def _pool_sampler_stop(dask_worker=None):
     return {"used": state["used"], "held": state["held"]}
 
 
+def _over_room_start(dask_worker=None):
+    """In a worker: count the slab partitions whose pairs outgrew the device's room (daskjoin logs each at
+    INFO): sorted on the device in passes over id ranges, or on the host."""
+    import logging
+
+    class Count(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.INFO)
+            self.counts = {"passes": 0, "host": 0}
+
+        def emit(self, record):
+            text = record.getMessage()
+            if "outgrow the device's room" in text:
+                self.counts["host" if "sorted on the host" in text else "passes"] += 1
+
+    log = logging.getLogger("daskjoin.kinds.epsilon")
+    old = getattr(dask_worker, "daskjoin_over_room", None)
+    if old is not None:
+        log.removeHandler(old)
+    handler = dask_worker.daskjoin_over_room = Count()
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    return True
+
+
+def _over_room_stop(dask_worker=None):
+    return dict(dask_worker.daskjoin_over_room.counts)
+
+
 def task_times(stream) -> list[float]:
     out = []
     for t in stream:
@@ -185,12 +215,14 @@ def main() -> None:
                 out = os.path.join(work, "pairs.parquet")
                 shutil.rmtree(out, ignore_errors=True)
                 client.run(_pool_sampler_start)
+                client.run(_over_room_start)
                 with GpuSampler() as smi, get_task_stream(client) as stream:
                     t0 = time.perf_counter()
                     result = dj.similarity_join(store, eps=eps, out=out, memory_budget=budget, client=client,
                                                 backend="gpu")
                     wall = time.perf_counter() - t0
                 pools = client.run(_pool_sampler_stop)
+                over = list(client.run(_over_room_stop).values())
                 used = max(p["used"] for p in pools.values())
                 held = max(p["held"] for p in pools.values())
                 from daskjoin.config import parse_bytes
@@ -202,7 +234,9 @@ def main() -> None:
                        "pairs_per_s": round(result.pairs / wall), "task_times": spread(task_times(stream.data)),
                        **worker_busy(stream.data),
                        **smi.summary(), "pool_used_max_bytes": int(used), "pool_held_max_bytes": int(held),
-                       "within_budget": used <= parse_bytes(budget), "tasks_inside": result.tasks}
+                       "within_budget": used <= parse_bytes(budget), "tasks_inside": result.tasks,
+                       "over_room_passes": sum(o["passes"] for o in over),
+                       "over_room_host": sum(o["host"] for o in over)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 shutil.rmtree(out, ignore_errors=True)
@@ -217,13 +251,14 @@ def main() -> None:
     with open(path, "w") as f:
         json.dump(report, f, indent=1)
     print(f"\n{'dist':8} {'budget':>7} {'tasks':>6} {'wall s':>7} {'plan s':>6} {'Mpairs/s':>9} {'task med/max s':>15} "
-          f"{'GPU busy':>8} {'pool peak':>10} {'exact':>5}")
+          f"{'GPU busy':>8} {'pool peak':>10} {'exact':>5} {'over room':>9}")
     for r in rows:
         t = r["task_times"]
         print(f"{r['dist']:8} {r['budget']:>7} {r['partitions']:>6} {r['wall_s']:>7.2f} {r['plan_s']:>6.2f} "
               f"{r['pairs_per_s'] / 1e6:>9.1f} "
               f"{t.get('median_s', 0):>7.2f}/{t.get('max_s', 0):<7.2f} {r['gpu_busy_mean_pct']:>7.0f}% "
-              f"{r['pool_used_max_bytes'] / 2**20:>8.0f}Mi {str(r['exact']):>5}")
+              f"{r['pool_used_max_bytes'] / 2**20:>8.0f}Mi {str(r['exact']):>5} "
+              f"{r['over_room_passes']:>3}/{r['over_room_host']:<3}")
 
 
 if __name__ == "__main__":

@@ -114,6 +114,37 @@ def test_pairs_held_on_the_device_go_to_the_host_when_the_next_call_overflows(mo
         assert len(kinds) <= 1, part
 
 
+@pytest.mark.parametrize("name", ["uniform_d3_f32", "duplicates_d3_f64", "near_eps_offset1e6_d2_f64"])
+@pytest.mark.parametrize("mode", ["self", "cross"])
+@pytest.mark.parametrize("share", [0.8, 0.4])
+def test_a_slab_over_the_device_room_is_sorted_there_in_passes_over_id_ranges(name, mode, share, monkeypatch):
+    """A room of ``share`` of the largest partition's pairs: that partition is sorted on the device range by
+    range (``gpu_ids.key_ranges``), still one sorted run, or goes the host's way where a call or one id bin
+    alone outgrows the room; the oracle's pairs either way."""
+    from daskjoin.kernels import gpu_common, gpu_ids
+    from daskjoin.kernels.registry import SortedRun
+
+    case = case_by_name(name)
+    b = None if mode == "self" else case.b
+    _, parts = _slab_batches(case.a, b, case.eps, "grid", max_pairs=31)
+    largest = max(sum(len(x[0]) for x in got) for _, got in parts)
+    passes = []
+    cut = gpu_ids.key_ranges
+    monkeypatch.setattr(gpu_ids, "key_ranges", lambda *args: passes.append(cut(*args)) or passes[-1])
+    monkeypatch.setattr(gpu_common, "sort_room", lambda: max(1, int(share * largest)))
+    _, parts = _slab_batches(case.a, b, case.eps, "grid", max_pairs=31)
+    assert_same_pairs(_joined(parts), _expected(case, mode), context=f"{name}/{mode}/share {share}")
+    for part, got in parts:
+        kinds = {isinstance(x, SortedRun) for x in got}
+        assert len(kinds) <= 1, part
+        if kinds == {True}:
+            i, j = np.concatenate([x[0] for x in got]), np.concatenate([x[1] for x in got])
+            key = i.astype(np.uint64) << np.uint64(32) | j.astype(np.uint64)
+            assert np.all(np.diff(key.astype(np.int64)) > 0)
+    if name == "uniform_d3_f32" and share == 0.8:  # every call of the largest partition fits 1.375 rooms
+        assert any(r is not None and len(r) > 1 for r in passes), passes
+
+
 @pytest.mark.parametrize("selfjoin", [False, True])
 def test_original_ids_up_to_two_to_the_32_survive_the_packed_key(selfjoin):
     """ids of 2^31 and 2^32 - 1: a 31-bit mask or a signed shift would garble them."""

@@ -29,7 +29,7 @@ class _PackKernel:
 
 NUMPY_AS_CUPY = SimpleNamespace(ElementwiseKernel=_PackKernel, **{
     name: getattr(np, name) for name in ("asarray", "empty", "uint64", "int64", "concatenate", "sort", "argsort",
-                                         "any")})
+                                         "any", "zeros", "bincount")})
 
 
 @pytest.fixture
@@ -119,3 +119,66 @@ def test_sorted_on_device_empties_its_list_and_sorted_to_host_checks_the_order(n
     assert np.array_equal(np.concatenate([x[0] for x in batches]), i)
     with pytest.raises(RuntimeError, match="out of order"):
         list(gpu_common.sorted_to_host(si[::-1].copy(), sj[::-1].copy(), None, 300))
+
+
+def test_key_ranges_cut_the_histogram_within_the_room_in_order(numpy_device):
+    from daskjoin.kernels.gpu_ids import id_bins, key_histogram, key_ranges
+
+    assert key_ranges([3, 4, 0, 5, 1], 7, 100, 10) == [(100, 130), (130, 150)]  # greedy: 3+4+0, then 5+1
+    assert key_ranges([3, 4, 0, 5, 1], 100, 0, 1) == [(0, 5)]
+    assert key_ranges([3, 8, 1], 7, 0, 1) is None  # one bin alone outgrows the room
+    assert key_ranges([0, 0], 1, 0, 4) == [(0, 8)]
+    first, width = id_bins(10, 10 + 4097, bins=4096)
+    assert (first, width) == (10, 2)
+    rng = np.random.default_rng(3)
+    i = rng.integers(10, 10 + 4097, 5000).astype(np.uint64)
+    key = (i << np.uint64(32)) | rng.integers(0, 1 << 32, 5000).astype(np.uint64)
+    counts = key_histogram(key, first, width, bins=4096)
+    assert counts.sum() == 5000 and counts.shape == (4096,)
+    for room in (1, 7, 60, 5000):
+        ranges = key_ranges(counts.tolist(), room, first, width)
+        if counts.max() > room:
+            assert ranges is None
+            continue
+        assert ranges[0][0] == first and ranges[-1][1] >= 10 + 4097
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        assert all(((i >= lo) & (i < hi)).sum() <= room for lo, hi in ranges)
+
+
+@pytest.mark.parametrize("name", ["uniform_d3_f32", "duplicates_d3_f64", "lattice_d2_unit_f64", "near_eps_d3_f32"])
+@pytest.mark.parametrize("mode", ["self", "cross"])
+@pytest.mark.parametrize("with_distance", [True, False])
+def test_a_slab_over_the_device_room_is_sorted_there_in_passes_over_id_ranges(numpy_device, monkeypatch, name,
+                                                                              mode, with_distance):
+    """Rooms smaller than some partitions: those are sorted on the device range by range (one sorted run still),
+    or, where a call alone or one id bin outgrows the room, go the host's way; the pairs are the oracle's."""
+    from daskjoin.kernels import gpu_ids
+    from daskjoin.kernels.registry import SortedRun
+
+    passes = []
+    cut = gpu_ids.key_ranges
+
+    def spy(*args):
+        ranges = cut(*args)
+        passes.append(None if ranges is None else len(ranges))
+        return ranges
+
+    monkeypatch.setattr(gpu_ids, "key_ranges", spy)
+    case = case_by_name(name)
+    b = None if mode == "self" else case.b
+    expected = oracle_self_pairs(case.a, case.eps) if b is None else oracle_cross_pairs(case.a, case.b, case.eps)
+    for room in (20, 45, 90, 200):
+        numpy_device([room])
+        parts = _partitions(case.a, b, case.eps, with_distance)
+        for batches in parts:
+            kinds = {isinstance(x, SortedRun) for x in batches}
+            assert len(kinds) <= 1, "a partition mixes a sorted run with plain batches"
+            if kinds == {True}:
+                i = np.concatenate([x[0] for x in batches])
+                j = np.concatenate([x[1] for x in batches])
+                assert np.all((i[1:] > i[:-1]) | ((i[1:] == i[:-1]) & (j[1:] > j[:-1])))
+        got = [x for batches in parts for x in batches]
+        joined = tuple(None if got[0][t] is None else np.concatenate([x[t] for x in got]) for t in range(3))
+        assert_same_pairs(joined, expected, context=f"{name}/{mode}/room {room}", check_dist=with_distance)
+    if name == "uniform_d3_f32":
+        assert any(p is not None and p > 1 for p in passes), f"no partition was sorted in passes: {passes}"

@@ -9,6 +9,10 @@ task then streams one checked ``SortedRun`` as it does for chunk pairs.
 Device memory: a call's pairs (20 bytes each) become one packed key in original ids and the distance (12
 bytes) in one pass, and the keys are sorted with the distances: no more than the drivers' own device sort
 (``OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR``), so a slab planned for a budget sorts on the device too.
+A slab whose pairs outgrow that room after all (its estimate was low) is sorted in passes over ranges of
+the first id (:func:`key_ranges`): each pass runs its calls again and keeps the pairs of one range, so the
+ranges' sorted runs follow one another.  The kernels are fast beside a host sort, and a GPU worker never
+loads Numba (whose first import and compile took a fallen-back task ~10 s, 2026-11-27).
 """
 from __future__ import annotations
 
@@ -43,6 +47,46 @@ def original_keys(pairs: list, ids_i, ids_j, selfjoin: bool):
     if i.shape[0]:
         _pack_kernel()(i, j, ids_i, ids_j, bool(selfjoin), key)
     return key, d
+
+
+#: bins of the first id's histogram from which ranges are cut (:func:`key_ranges`)
+RANGE_BINS = 4096
+
+
+def id_bins(lo: int, hi: int, bins: int = RANGE_BINS) -> tuple[int, int]:
+    """``(first id, ids per bin)`` of histogram bins covering ids ``lo .. hi - 1`` in at most ``bins`` bins."""
+    return int(lo), max(1, -(-(int(hi) - int(lo)) // bins))
+
+
+def key_histogram(key, first: int, width: int, bins: int = RANGE_BINS):
+    """Keys counted by their first id's bin (``(i - first) // width``): a device array of ``bins`` counts."""
+    cp = cupy()
+    i = (key >> cp.uint64(32)).astype(cp.int64)
+    return cp.bincount((i - first) // width, minlength=bins)
+
+
+def key_ranges(counts, room: int, first: int, width: int) -> list[tuple[int, int]] | None:
+    """Ranges ``[lo, hi)`` of the first id, in order, covering every bin of ``counts`` (host ints), each
+    holding at most ``room`` pairs; None where one bin alone holds more (its pairs cannot be split so)."""
+    ranges, start, held = [], 0, 0
+    for b, c in enumerate(int(c) for c in counts):
+        if c > room:
+            return None
+        if held + c > room:
+            ranges.append((start, b))
+            start, held = b, 0
+        held += c
+    ranges.append((start, len(counts)))
+    return [(first + s * width, first + e * width) for s, e in ranges if e > s]
+
+
+def in_range(piece, lo: int, hi: int):
+    """The ``(key, d)`` of ``piece`` whose first id lies in ``[lo, hi)``."""
+    cp = cupy()
+    key, d = piece
+    i = key >> cp.uint64(32)
+    keep = (i >= cp.uint64(lo)) & (i < cp.uint64(hi))
+    return key[keep], None if d is None else d[keep]
 
 
 def _unpacked(key):

@@ -6,6 +6,7 @@ execution layer (:mod:`daskjoin.execution.task`) calls its ``batches`` and ``cou
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +15,8 @@ from ..kernels import get_kernel, host_allocator, resolve_backend
 from ..kernels.registry import SortedRun
 from ..planning.plan import Partition, Plan
 from ..planning.sorted_copy import SortedCopy
+
+logger = logging.getLogger(__name__)
 
 DISTANCE = ("dist", "float32")
 
@@ -96,6 +99,14 @@ def _to_original(local: np.ndarray, ids) -> np.ndarray:
     return ids[local]
 
 
+def _id_span(ids_a: np.ndarray, ids_b: np.ndarray | None) -> tuple[int, int]:
+    """``(lo, hi)``: the original ids of a partition's rows lie in ``lo .. hi - 1``."""
+    sides = [ids for ids in (ids_a, ids_b) if ids is not None and len(ids)]
+    if not sides:
+        return 0, 1
+    return min(int(ids.min()) for ids in sides), max(int(ids.max()) for ids in sides) + 1
+
+
 class _Sides:
     """The rows of one partition, read once."""
 
@@ -103,6 +114,7 @@ class _Sides:
         self.job, self.part = job, part
         self.kernel = job.kernel()
         self.share = None
+        self._device_ids = None  # the original ids on the device (:meth:`_keys`)
         if part.share is not None:
             k, parts, tag = part.share
             backend, _, signature = tag.partition(":")
@@ -186,29 +198,84 @@ class _Sides:
 
     def _device_batches(self, max_pairs: int | None):
         """The partition's pairs in original ids, sorted on the device: one ``SortedRun`` stream.  Where they
-        would not all fit the device, what is held and the rest go the host's way (plain batches)."""
+        outgrow the device's room, sorted in passes over ranges of the first id (:meth:`_over_room`); where
+        even that cannot hold them, what is held and the rest go the host's way (plain batches)."""
         from ..kernels import gpu_common, gpu_ids
 
-        cp = gpu_common.cupy()
-        eps, wd, share = self.job.eps, self.job.with_distance, self.share
-        ids = {False: cp.asarray(self.ia)}
-        if self.part.b is not None:
-            ids[True] = cp.asarray(self.ib)
         total, held = 0, []
         calls = list(self._calls())
-        for k, (a, b, cross) in enumerate(calls):
-            driver = self.kernel.driver(a, b, eps, share)
+        for k, call in enumerate(calls):
+            driver = self._driver(call)
             found = driver.count()
             total += found
             # asked once this call's index exists; what is held is counted in the free memory again (safe side)
-            if total > gpu_common.sort_room():
-                yield from self._host_way(held, driver, calls[k:], max_pairs or total)
+            room = gpu_common.sort_room()
+            if total > room:
+                yield from self._over_room(held, driver, calls, k, found, room, max_pairs)
                 return
             if found:
-                held.append(gpu_ids.original_keys(list(driver.pairs(wd, device=True)), ids[False], ids[cross],
-                                                  self.job.selfjoin))
+                held.append(self._keys(driver, call))
             del driver
         yield from gpu_ids.sorted_batches(held, max_pairs or max(1, total))
+
+    def _driver(self, call):
+        a, b, _ = call
+        return self.kernel.driver(a, b, self.job.eps, self.share)
+
+    def _keys(self, driver, call):
+        """A call's pairs as ``(key, d)`` in original ids on the device (:func:`~..kernels.gpu_ids.original_keys`)."""
+        from ..kernels import gpu_common, gpu_ids
+
+        cp = gpu_common.cupy()
+        if self._device_ids is None:  # both sides' ids on the device once, for every call and pass
+            self._device_ids = {False: cp.asarray(self.ia)}
+            if self.part.b is not None:
+                self._device_ids[True] = cp.asarray(self.ib)
+        ids = self._device_ids
+        return gpu_ids.original_keys(list(driver.pairs(self.job.with_distance, device=True)), ids[False],
+                                     ids[call[2]], self.job.selfjoin)
+
+    def _over_room(self, held: list, driver, calls: list, k: int, found: int, room: int, max_pairs: int | None):
+        """Call ``k`` (``driver``, ``found`` pairs) took the partition past the device's ``room``: the pairs
+        counted in a histogram of their first id, then sorted range by range; the host's way where a call's
+        pairs and their keys alone would not fit beside the room's keys, or one bin outgrows the room."""
+        from ..kernels import gpu_common, gpu_ids
+        from ..kernels.grid_gpu import OUTPUT_BYTES_PER_PAIR, SORT_BYTES_PER_PAIR
+
+        per_room = OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR  # a pair's device bytes the room allows
+        counts = [int(found)]
+        rest = [self._driver(call) for call in calls[k + 1:]]  # counted before any pair is made again
+        counts += [int(d.count()) for d in rest]
+        del rest
+        total = sum(int(key.shape[0]) for key, _ in held) + sum(counts)
+        step = max_pairs or max(1, total)
+        # a call's pairs and their keys (OUTPUT + 12 bytes a pair) beside a range's keys (12 a pair)
+        if max(counts) * (OUTPUT_BYTES_PER_PAIR + 12) + room * 12 > room * per_room:
+            logger.info("partition %d: %d pairs outgrow the device's room for %d, a call alone too: "
+                        "sorted on the host", self.part.index, total, room)
+            yield from self._host_way(held, driver, calls[k:], step)
+            return
+        del driver
+        first, width = gpu_ids.id_bins(*_id_span(self.ia, self.ib if self.part.b is not None else None))
+        histogram = gpu_common.cupy().zeros(gpu_ids.RANGE_BINS, np.int64)
+        for key, _ in held:
+            histogram += gpu_ids.key_histogram(key, first, width)
+        held.clear()
+        for call in calls[k:]:
+            key, _ = self._keys(self._driver(call), call)
+            histogram += gpu_ids.key_histogram(key, first, width)
+            del key
+        ranges = gpu_ids.key_ranges(histogram.tolist(), room, first, width)
+        if ranges is None:  # one bin alone outgrows the room: many pairs of few rows (duplicates)
+            logger.info("partition %d: %d pairs outgrow the device's room for %d, one id range alone too: "
+                        "sorted on the host", self.part.index, total, room)
+            yield from self._host_way([], self._driver(calls[0]), calls, step)
+            return
+        logger.info("partition %d: %d pairs outgrow the device's room for %d: sorted on the device in %d "
+                    "passes over ranges of ids", self.part.index, total, room, len(ranges))
+        for lo, hi in ranges:
+            kept = [gpu_ids.in_range(self._keys(self._driver(call), call), lo, hi) for call in calls]
+            yield from gpu_ids.sorted_batches(kept, step)
 
     def _host_way(self, held: list, driver, calls: list, step: int):
         """Past the device's room: what ``held`` holds, then ``driver``'s call (the first of ``calls``) and the
