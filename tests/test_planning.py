@@ -739,27 +739,26 @@ def test_sample_pairs_listed_only_for_plans_of_several_partitions():
     dj.clear_cache()
 
 
-def test_gpu_tasks_price_a_pair_at_its_device_sort_so_a_planned_slab_sorts_on_the_device():
+def test_a_pair_is_priced_at_its_device_sort_on_either_backend_so_a_planned_slab_sorts_on_the_device():
     """A GPU task's pairs and their sort take ``OUTPUT + SORT`` bytes each on the device, within
-    ``LIMITED_SHARE`` of its budget (``gpu_common.sort_room``): its plan prices a pair so, and each slab's
-    estimated pairs then fit that room, where a CPU task's price (``PAIR_BYTES``) would let some outgrow it."""
+    ``LIMITED_SHARE`` of its budget (``gpu_common.sort_room``): ``PAIR_BYTES`` prices a pair so on either
+    backend, so each slab's estimated pairs fit that room and the plan is the same wherever its tasks run."""
     import types
 
     from daskjoin.kernels.gpu_common import LIMITED_SHARE
     from daskjoin.kernels.grid_gpu import OUTPUT_BYTES_PER_PAIR, SORT_BYTES_PER_PAIR
     from daskjoin.planning import planner
-    from daskjoin.planning.plan import DEVICE_PAIR_BYTES, task_pair_bytes
 
     device_bytes = OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR
-    assert DEVICE_PAIR_BYTES * LIMITED_SHARE >= device_bytes
-    assert task_pair_bytes(True) == DEVICE_PAIR_BYTES > task_pair_bytes(False) == PAIR_BYTES
+    assert PAIR_BYTES * LIMITED_SHARE >= device_bytes
     x = np.random.default_rng(5).exponential(1 / 40, (40_000, 3))
     src = MemorySource(x)  # sorted in memory: no cluster
     runner = types.SimpleNamespace(map=lambda f, items: [f(i) for i in items])
     budget = 4 << 20
     kw = dict(method="grid", partitioning="slabs", memory_budget=budget, runner=runner)
-    room = LIMITED_SHARE * budget / device_bytes  # what sort_room gives a task of this budget
     gpu = planner.make_plan(src, None, 0.01, backend="gpu", gpu=True, **kw)
     cpu = planner.make_plan(src, None, 0.01, backend="cpu", gpu=False, **kw)
-    assert gpu.partitioning == cpu.partitioning == "slabs" and gpu.ntasks > cpu.ntasks > 1
-    assert max(p.est_pairs for p in gpu.partitions) <= room < max(p.est_pairs for p in cpu.partitions)
+    assert gpu.partitioning == "slabs" and gpu.ntasks > 1
+    assert [(p.a, p.b) for p in gpu.partitions] == [(p.a, p.b) for p in cpu.partitions]
+    room = LIMITED_SHARE * budget / device_bytes  # what sort_room gives a task of this budget
+    assert max(p.est_pairs for p in gpu.partitions) <= room

@@ -14,14 +14,13 @@ from .plan import PAIR_BYTES, Partition, row_bytes
 
 
 def block_rows_for(budget: int, n_a: int, n_b: int, d: int, pairs_upper: float, chunk_rows: int,
-                   method: str = "grid", per_row: int | None = None, max_rows: float = float("inf"),
-                   pair_bytes: int = PAIR_BYTES) -> int:
+                   method: str = "grid", per_row: int | None = None, max_rows: float = float("inf")) -> int:
     """Rows per block so that two blocks and their expected pairs fit ``budget`` (``per_row``: the bytes a row
-    costs, ``row_bytes`` by default; ``pair_bytes``: a pair's), and at most ``max_rows``."""
+    costs, ``row_bytes`` by default), and at most ``max_rows``."""
     per_row = row_bytes(d, 8, method) if per_row is None else per_row
     density = pairs_upper / max(1.0, float(n_a) * float(max(n_b, 1)))  # pairs per row pair
     # 2R rows + 2 * density * R^2 pairs <= budget  (solve the quadratic)
-    a = 2.0 * density * pair_bytes
+    a = 2.0 * density * PAIR_BYTES
     b = 2.0 * per_row
     if a > 0:
         rows = (-b + np.sqrt(b * b + 4 * a * budget)) / (2 * a)

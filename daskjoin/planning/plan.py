@@ -9,19 +9,14 @@ from ..io.zarr_in import Source
 from .estimate import Estimate
 from .sorted_copy import SortedCopy
 
-#: Bytes one result pair costs a task: i, j, dist in the kernel's buffers, the compacted arrays and the DataFrame.
-PAIR_BYTES = 60
-#: Bytes one result pair costs a GPU task against its budget: on the device its output and the sort's buffers
-#: (56: ``kernels.grid_gpu``'s ``OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR``) within the 80% of the budget the
-#: largest buffer may take (``kernels.gpu_common.LIMITED_SHARE``).  Priced so, a partition planned to its
-#: budget sorts its pairs on the device; at ``PAIR_BYTES`` a slab could hold 15% more and go the host's way
-#: (a 7.3 s task among 1.5 s ones, 20M x 3-d exponential at 256 MB on an H100, 2026-11-26).
-DEVICE_PAIR_BYTES = 70
-
-
-def task_pair_bytes(on_gpu: bool) -> int:
-    """Bytes a pair costs a task against its budget: on a GPU the larger of host and device."""
-    return max(PAIR_BYTES, DEVICE_PAIR_BYTES) if on_gpu else PAIR_BYTES
+#: Bytes one result pair costs a task against its budget, on either backend.  On the host: i, j, dist in the
+#: kernel's buffers, the compacted arrays and the DataFrame (60).  On a GPU: its output and the device sort's
+#: buffers (56: ``kernels.grid_gpu``'s ``OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR``) within the 80% of the
+#: budget the largest buffer may take (``kernels.gpu_common.LIMITED_SHARE``): 70.  One price for both, so that
+#: a plan does not depend on where its tasks run (a CPU and a GPU task of one partition write the same file),
+#: and a slab planned to its budget sorts its pairs on the device (at 60 one could hold 15% more and leave the
+#: device: a 7.3 s task among 1.5 s ones, 20M x 3-d exponential at 256 MB on an H100, 2026-11-26).
+PAIR_BYTES = 70
 
 
 #: the szl method's lists at most (its ``lists`` option can ask for them all at any d), and what a list costs

@@ -25,7 +25,7 @@ from .bounds import block_stats, stats_cached
 from .chunk_pairs import block_rows_for, plan_block_pairs
 from ..kernels import SHARE_METHODS, resolve_backend
 from .estimate import estimate_pairs, sample_pair_rows, shape_pairs
-from .plan import DEVICE_SHARE, Partition, Plan, PlanStep, fmt_bytes, host_row_bytes, row_bytes, task_pair_bytes
+from .plan import DEVICE_SHARE, PAIR_BYTES, Partition, Plan, PlanStep, fmt_bytes, host_row_bytes, row_bytes
 from .slabs import owner_rows, plan_slabs, slab_rows_for, split_dimension, work_cuts
 from .sorted_copy import SortedCopy, open_sorted, sort_in_memory, sorted_copy_exists
 
@@ -136,14 +136,13 @@ def _task_rows(a: Source, b: Source | None, method: str, device_memory: int) -> 
     return host_row_bytes(a.d, _itemsize(a, b)), DEVICE_SHARE * device_memory // row_bytes(a.d, 8, method)
 
 
-def _too_heavy(budget: int, per_row: int, row_cap: float, pairs_upper: float, count_only: bool, parallelism: int,
-               pair_bytes: int):
+def _too_heavy(budget: int, per_row: int, row_cap: float, pairs_upper: float, count_only: bool, parallelism: int):
     """The test whether a block pair of ``rows`` rows and ``est`` estimated pairs is to be halved: more rows than
     a task may hold (``_task_rows``), its pairs would not fit the budget beside its rows, or (several workers)
     it alone holds more than a worker's share.  ``est`` is the block pair's lower estimate
     (:meth:`.chunk_pairs._Estimator.floor`): sampling noise alone never cuts one."""
     def heavy(rows: int, est: float) -> bool:
-        if rows > row_cap or (not count_only and rows * per_row + est * pair_bytes > budget):
+        if rows > row_cap or (not count_only and rows * per_row + est * PAIR_BYTES > budget):
             return True
         return parallelism > 1 and est > BALANCE_SLACK * pairs_upper / parallelism
     return heavy
@@ -277,7 +276,7 @@ def _slab_row_cost(per_row: int, row_cap: float, memory_budget: int) -> float:
 
 
 def _slab_reads(stats_a, stats_b, eps: float, n_a: int, n_b: int, held: float, memory_budget: int,
-                row_cost: float, pair_bytes: int) -> float:
+                row_cost: float) -> float:
     """The rows the heaviest slab would read, as a multiple of its own, from A's sample: slabs of equal rows
     along the split dimension, as many as the budget needs, each reading its rows and those within eps above
     it (A x B: on either side).  Slabs are sized for at most as many again; past that the slab's task outgrows
@@ -285,8 +284,7 @@ def _slab_reads(stats_a, stats_b, eps: float, n_a: int, n_b: int, held: float, m
     keys = np.sort(stats_a.sample[:, _split_dim(stats_a, stats_b)]) if stats_a.sample.shape[1] else np.zeros(0)
     if not len(keys):
         return 1.0
-    slabs = min(len(keys), -(-max(n_a, 1) // slab_rows_for(memory_budget, n_a, n_b, 0, held, row_cost=row_cost,
-                                                                        pair_bytes=pair_bytes)))
+    slabs = min(len(keys), -(-max(n_a, 1) // slab_rows_for(memory_budget, n_a, n_b, 0, held, row_cost=row_cost)))
     edges = np.arange(slabs + 1) * len(keys) // slabs
     first, last = keys[edges[:-1]], keys[edges[1:] - 1]
     below = first if stats_b is None else first - eps
@@ -310,11 +308,9 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     held = 0.0 if count_only else est.upper  # the pairs a task holds: none when it only counts them
     per_row, row_cap = _task_rows(a, b, chosen_method, device_memory)
     slab_cost = _slab_row_cost(per_row, row_cap, memory_budget)
-    pair_bytes = task_pair_bytes(gpu)
-    fits = total_rows * per_row + held * pair_bytes <= memory_budget and total_rows <= row_cap
+    fits = total_rows * per_row + held * PAIR_BYTES <= memory_budget and total_rows <= row_cap
     rows = max(n_a, n_b, 1) if fits else block_rows_for(memory_budget, n_a, n_b, a.d, held, a.chunk_rows,
-                                                        chosen_method, per_row=per_row, max_rows=row_cap // 2,
-                                                        pair_bytes=pair_bytes)
+                                                        chosen_method, per_row=per_row, max_rows=row_cap // 2)
     products = float(n_a) * float(n_b) * a.d if chosen_method in ("brute", "nlj") else 0.0
     split = cost.parallel_split(parallelism, rows=total_rows, pairs=est.upper, products=products)
     # chunk pairs or slabs is the budget's choice: a cut for the workers must not turn chunk pairs into slabs
@@ -327,14 +323,14 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         est = _listed(est, stats_a, stats_b, eps, gpu, _estimate_key(n_a, n_b, eps, (fp_a, fp_b) if zarr_inputs else None))
     parts, kept = plan_block_pairs(stats_a, stats_b, eps, rows, est.upper, est.pair_rows,
                                    _too_heavy(memory_budget, per_row, row_cap, est.upper, count_only,
-                                              parallelism if split > 1 else 1, pair_bytes))
+                                              parallelism if split > 1 else 1))
     nblocks = -(-max(n_a, n_b, 1) // rows)
     if cut and not fits:  # the pruning the budget's blocks would have: the kept share of the uncut plan
         _, kept = plan_block_pairs(stats_a, stats_b, eps, budget_rows, est.upper)
     chosen, reason = cost.choose_partitioning(partitioning, fits_one_task=fits, kept_fraction=kept,
                                               nblocks=-(-max(n_a, 1) // budget_rows),
                                               slab_reads=_slab_reads(stats_a, stats_b, eps, n_a, n_b, held,
-                                                                     memory_budget, slab_cost, pair_bytes))
+                                                                     memory_budget, slab_cost))
     tag = _share_tag(chosen_method, share_backend)
     if cut and fits and chosen == "chunk_pairs" and tag:
         parts = _query_shares(n_a, None if b is None else n_b, split, est.upper, tag)
@@ -350,16 +346,14 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
         if b is not None:
             reader_b, note = _sorted_step("B", b, dim, stats_b, runner, memory_budget, fp_b, steps)
             notes.append(f"B {note}")
-        slab_rows = slab_rows_for(memory_budget, n_a, n_b, a.d, held, chosen_method, row_cost=slab_cost,
-                                  pair_bytes=pair_bytes)
+        slab_rows = slab_rows_for(memory_budget, n_a, n_b, a.d, held, chosen_method, row_cost=slab_cost)
         fewer = -(-max(n_a, 1) // (2 * split))
         if split > 1 and fewer < slab_rows:  # twice the workers: slabs differ in work where data are skewed along the key
             slab_rows = fewer
             reason += f"; at least {2 * split} slabs so that {parallelism} workers share them"
         shape, grow = shape_pairs(est, stats_a.sample, eps, **_sample(stats_a, stats_b, gpu))
         owners = _slab_owners(reader_a, stats_a, stats_b, shape, dim)
-        cuts = work_cuts(n_a, slab_rows, owners, est.upper, memory_budget, slab_cost, held=not count_only,
-                         pair_bytes=pair_bytes)
+        cuts = work_cuts(n_a, slab_rows, owners, est.upper, memory_budget, slab_cost, held=not count_only)
         parts = plan_slabs(reader_a, reader_b, eps, slab_rows, est.upper, cuts, owners)
         reason += f"; split on dimension {dim}" + (
             "" if owners is None else "; slabs cut by estimated work (rows and sampled pairs"

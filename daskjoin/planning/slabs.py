@@ -29,12 +29,11 @@ def reach(eps: float, key: float) -> float:
 
 
 def slab_rows_for(budget: int, n_a: int, n_b: int, d: int, pairs_upper: float, method: str = "grid",
-                  row_cost: float | None = None, pair_bytes: int = PAIR_BYTES) -> int:
+                  row_cost: float | None = None) -> int:
     """Rows per slab so that its rows, an equal allowance for B or its extension, and its pairs fit
-    (``row_cost``: the bytes a slab row costs with its allowance, twice ``row_bytes`` by default;
-    ``pair_bytes``: a pair's)."""
+    (``row_cost``: the bytes a slab row costs with its allowance; twice ``row_bytes`` by default)."""
     per_row = 2 * row_bytes(d, 8, method) if row_cost is None else row_cost
-    per_row += pair_bytes * pairs_upper / max(1, n_a)
+    per_row += PAIR_BYTES * pairs_upper / max(1, n_a)
     return int(max(1, min(n_a, budget // max(1.0, per_row))))
 
 
@@ -57,12 +56,11 @@ def owner_rows(sorted_a: SortedCopy, keys_a: np.ndarray, keys_b: np.ndarray | No
 
 
 def work_cuts(n_a: int, rows: int, owners: np.ndarray | None, pairs_upper: float, budget: float,
-              bytes_per_row: float, held: bool = True, pair_bytes: int = PAIR_BYTES) -> np.ndarray:
+              bytes_per_row: float, held: bool = True) -> np.ndarray:
     """Slab boundaries (``0 .. n_a``) of about equal work: as many slabs as ``rows``-row slabs would make,
     each holding about the same rows (``ROW_WORK`` each) plus estimated pairs, where ``owners`` (the
     sorted rows owning the sampled pairs) spread ``pairs_upper``; no slab's rows (and pairs, where a task
-    ``held`` them: not for a count, at ``pair_bytes`` each) over ``budget``.  Equal rows where no pairs
-    were sampled."""
+    ``held`` them: not for a count) over ``budget``.  Equal rows where no pairs were sampled."""
     rows = max(1, int(rows))
     if owners is None or not len(owners) or n_a <= rows:
         return np.append(np.arange(0, n_a, rows, dtype=np.int64), n_a)
@@ -75,7 +73,7 @@ def work_cuts(n_a: int, rows: int, owners: np.ndarray | None, pairs_upper: float
         pairs = per_pair * (np.searchsorted(owners, e) - np.searchsorted(owners, s))
         rows_here = e - s
         return (rows_here * ROW_WORK + pairs <= target
-                and rows_here * bytes_per_row + (pairs * pair_bytes if held else 0.0) <= budget)
+                and rows_here * bytes_per_row + (pairs * PAIR_BYTES if held else 0.0) <= budget)
 
     cuts, s = [0], 0
     while s < n_a:
