@@ -140,6 +140,12 @@ def _over_room_start(dask_worker=None):
 
 
 def _over_room_stop(dask_worker=None):
+    """The counts (a task run again after running out of memory is counted again), the logger as it was."""
+    import logging
+
+    log = logging.getLogger("daskjoin.kinds.epsilon")
+    log.removeHandler(dask_worker.daskjoin_over_room)
+    log.setLevel(logging.NOTSET)
     return dict(dask_worker.daskjoin_over_room.counts)
 
 

@@ -44,20 +44,29 @@ def pair_tuples(df) -> set:
 
 
 def budget_for_tasks(a, b, eps, partitioning, target, client, *, method="grid", hi=1 << 26, lo=1 << 10):
-    """The largest power-of-two ``memory_budget`` (bytes) whose plan has at least ``target`` tasks.
+    """The largest ``memory_budget`` (bytes, ``hi`` over a power of 2^(1/4)) whose plan has at least ``target``
+    tasks.
 
-    Found with ``daskjoin.plan_join(...).ntasks`` only (halving from ``hi``); returns
-    ``(budget, ntasks)``.  With ``target=1`` this is ``hi`` (a budget the whole join fits).
+    Found with ``daskjoin.plan_join(...).ntasks`` only: halving from ``hi``, then quarter-octave steps within
+    the last octave (a plan's task count jumps with the budget: halving alone can step over a target's
+    range); returns ``(budget, ntasks)``.  With ``target=1`` this is ``hi`` (a budget the whole join fits).
     """
     import daskjoin as dj
 
-    budget = hi
-    while True:
-        plan = dj.plan_join(a, b, eps=eps, method=method, partitioning=partitioning, memory_budget=budget,
-                            client=client)
-        if plan.ntasks >= target or budget <= lo:
-            return budget, plan.ntasks
-        budget //= 2
+    def tasks(budget):
+        return dj.plan_join(a, b, eps=eps, method=method, partitioning=partitioning, memory_budget=budget,
+                            client=client).ntasks
+
+    budget, ntasks = hi, tasks(hi)
+    while ntasks < target and budget > lo:
+        above, budget = budget, max(lo, budget // 2)
+        ntasks = tasks(budget)
+        if ntasks >= target:
+            for q in (1, 2, 3):  # the largest quarter-octave step below ``above`` that reaches the target
+                finer = int(above / 2 ** (q / 4))
+                if finer > budget and (got := tasks(finer)) >= target:
+                    return finer, got
+    return budget, ntasks
 
 
 def check_frame(df, *, selfjoin: bool, with_distance: bool = True):

@@ -27,9 +27,16 @@ class _PackKernel:
         key[:] = (a << np.uint64(32)) | b
 
 
-NUMPY_AS_CUPY = SimpleNamespace(ElementwiseKernel=_PackKernel, **{
+def _bincount(x, minlength=0):
+    """CuPy's bincount: it takes the max of its input, so an empty one raises (numpy's gives zeros)."""
+    if not x.shape[0]:
+        raise ValueError("zero-size array to reduction operation maximum which has no identity")
+    return np.bincount(x, minlength=minlength)
+
+
+NUMPY_AS_CUPY = SimpleNamespace(ElementwiseKernel=_PackKernel, bincount=_bincount, **{
     name: getattr(np, name) for name in ("asarray", "empty", "uint64", "int64", "concatenate", "sort", "argsort",
-                                         "any", "zeros", "bincount")})
+                                         "any", "zeros")})
 
 
 @pytest.fixture
@@ -182,3 +189,42 @@ def test_a_slab_over_the_device_room_is_sorted_there_in_passes_over_id_ranges(nu
         assert_same_pairs(joined, expected, context=f"{name}/{mode}/room {room}", check_dist=with_distance)
     if name == "uniform_d3_f32":
         assert any(p is not None and p > 1 for p in passes), f"no partition was sorted in passes: {passes}"
+
+
+def _sparse_with_a_cluster():
+    """300 sparse 2-d rows and a cluster of 30 at one end: at eps 1 a self-join slab over the cluster holds its
+    pairs in its own rows' call, its extension call none (an empty call's keys in the histogram)."""
+    rng = np.random.default_rng(4)
+    x = np.concatenate([rng.random((300, 2)) * 1000.0, 0.01 * rng.random((30, 2))])
+    return x, 1.0
+
+
+@pytest.mark.parametrize("room", [300, 400, 430])
+def test_an_empty_call_beside_one_over_the_room(numpy_device, room):
+    x, eps = _sparse_with_a_cluster()
+    numpy_device([room])
+    parts = _partitions(x, None, eps, True)
+    got = [b for batches in parts for b in batches]
+    joined = tuple(np.concatenate([b[t] for b in got]) for t in range(3))
+    assert_same_pairs(joined, oracle_self_pairs(x, eps), context=f"room {room}")
+
+
+@pytest.mark.parametrize("mode", ["self", "cross"])
+def test_one_id_bin_over_the_room_goes_the_hosts_way(numpy_device, monkeypatch, mode):
+    """Where the histogram cannot be cut within the room (``key_ranges`` None), every call of the partition is
+    run again and goes to the host: the pairs are still the oracle's, as plain batches."""
+    from daskjoin.kernels import gpu_ids
+    from daskjoin.kernels.registry import SortedRun
+
+    seen = []
+    monkeypatch.setattr(gpu_ids, "key_ranges", lambda *args: seen.append(args) or None)
+    numpy_device([90])
+    case = case_by_name("uniform_d3_f32")
+    b = None if mode == "self" else case.b
+    parts = _partitions(case.a, b, case.eps, True)
+    assert seen, "no partition was cut into id ranges"
+    got = [x for batches in parts for x in batches]
+    assert any(not isinstance(x, SortedRun) for x in got)
+    joined = tuple(np.concatenate([x[t] for x in got]) for t in range(3))
+    expected = oracle_self_pairs(case.a, case.eps) if b is None else oracle_cross_pairs(case.a, case.b, case.eps)
+    assert_same_pairs(joined, expected, context=mode)

@@ -208,9 +208,9 @@ def test_the_cut_for_workers_keeps_the_budgets_partitioning(client, big_store):
     four workers must not turn that into slabs (1.0 > 2/4) and a sorted copy."""
     path, _, eps, _ = big_store
     with dask.config.set({"daskjoin.parallel-tasks": 1}):
-        one = dj.plan_join(path, eps=eps, client=client, memory_budget="108MB")
+        one = dj.plan_join(path, eps=eps, client=client, memory_budget="112MB")
     with dask.config.set({"daskjoin.parallel-tasks": 4}):
-        four = dj.plan_join(path, eps=eps, client=client, memory_budget="108MB")
+        four = dj.plan_join(path, eps=eps, client=client, memory_budget="112MB")
     assert one.partitioning == four.partitioning == "chunk_pairs", (one.explain(), four.explain())
     assert one.ntasks == 3 and four.ntasks == 10 and "so that 4 workers share it" in four.explain()
 

@@ -75,7 +75,10 @@ def test_dense_rows_get_smaller_partitions_that_fit_the_budget(skewed):
     plan = dj.plan_join(path, eps=eps, memory_budget=budget, partitioning="chunk_pairs", client=in_process())
     assert plan.estimate.pair_rows is not None
     rb = row_bytes(3, 8)
-    assert all(p.rows * rb + p.est_pairs * PAIR_BYTES <= budget for p in plan.partitions), plan.explain()
+    # the planner halves a partition by the sample's lower estimate (two standard deviations below its hits,
+    # ``chunk_pairs._Estimator.floor``: noise alone never cuts one), so by the point estimate it may hold a
+    # few percent more: here ~2,000 sampled pairs a partition, 2 / sqrt(2000) = 4.5%
+    assert all(p.rows * rb + p.est_pairs * PAIR_BYTES <= 1.1 * budget for p in plan.partitions), plan.explain()
     # the partitions holding the cluster's rows are smaller than those of the thin rows
     dense_rows = [p.rows for p in plan.partitions if p.a[1] <= 12_000 and (p.b is None or p.b[1] <= 12_000)]
     assert dense_rows and max(dense_rows) < max(p.rows for p in plan.partitions)

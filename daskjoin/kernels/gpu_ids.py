@@ -11,8 +11,8 @@ bytes) in one pass, and the keys are sorted with the distances: no more than the
 (``OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR``), so a slab planned for a budget sorts on the device too.
 A slab whose pairs outgrow that room after all (its estimate was low) is sorted in passes over ranges of
 the first id (:func:`key_ranges`): each pass runs its calls again and keeps the pairs of one range, so the
-ranges' sorted runs follow one another.  The kernels are fast beside a host sort, and a GPU worker never
-loads Numba (whose first import and compile took a fallen-back task ~10 s, 2026-11-27).
+ranges' sorted runs follow one another.  The kernels are fast beside a host sort, and a GPU worker need not
+load Numba (whose first import and compile took a fallen-back task ~10 s, 2026-11-27).
 """
 from __future__ import annotations
 
@@ -61,8 +61,12 @@ def id_bins(lo: int, hi: int, bins: int = RANGE_BINS) -> tuple[int, int]:
 def key_histogram(key, first: int, width: int, bins: int = RANGE_BINS):
     """Keys counted by their first id's bin (``(i - first) // width``): a device array of ``bins`` counts."""
     cp = cupy()
+    if not key.shape[0]:  # (CuPy's bincount takes the max of its input: an empty one raises)
+        return cp.zeros(bins, cp.int64)
     i = (key >> cp.uint64(32)).astype(cp.int64)
-    return cp.bincount((i - first) // width, minlength=bins)
+    i -= first
+    i //= width
+    return cp.bincount(i, minlength=bins)
 
 
 def key_ranges(counts, room: int, first: int, width: int) -> list[tuple[int, int]] | None:

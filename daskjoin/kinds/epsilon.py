@@ -198,8 +198,8 @@ class _Sides:
 
     def _device_batches(self, max_pairs: int | None):
         """The partition's pairs in original ids, sorted on the device: one ``SortedRun`` stream.  Where they
-        outgrow the device's room, sorted in passes over ranges of the first id (:meth:`_over_room`); where
-        even that cannot hold them, what is held and the rest go the host's way (plain batches)."""
+        outgrow the device's room, sorted there in passes over ranges of the first id (:meth:`_over_room`),
+        or, where even that cannot hold them, on the host (plain batches)."""
         from ..kernels import gpu_common, gpu_ids
 
         total, held = 0, []
@@ -211,7 +211,9 @@ class _Sides:
             # asked once this call's index exists; what is held is counted in the free memory again (safe side)
             room = gpu_common.sort_room()
             if total > room:
-                yield from self._over_room(held, driver, calls, k, found, room, max_pairs)
+                over = self._over_room(held, driver, calls, k, found, room, max_pairs)
+                del driver  # the generator holds it only as long as it needs it
+                yield from over
                 return
             if found:
                 held.append(self._keys(driver, call))
@@ -236,33 +238,37 @@ class _Sides:
                                      ids[call[2]], self.job.selfjoin)
 
     def _over_room(self, held: list, driver, calls: list, k: int, found: int, room: int, max_pairs: int | None):
-        """Call ``k`` (``driver``, ``found`` pairs) took the partition past the device's ``room``: the pairs
-        counted in a histogram of their first id, then sorted range by range; the host's way where a call's
-        pairs and their keys alone would not fit beside the room's keys, or one bin outgrows the room."""
+        """Call ``k`` (``driver``, ``found`` pairs) took the partition past the device's ``room``.  The first ids
+        of its pairs are counted in a histogram (the held keys of the calls before ``k``, then call ``k``'s and
+        the later calls' pairs made once more), cut into ranges of at most ``room`` pairs, and each range is one
+        pass that runs every call again and sorts the keys in its range: their sorted runs follow one another.
+        On the host (plain batches) where a call's pairs and their keys would not fit beside a range's keys, or
+        one bin alone outgrows the room."""
         from ..kernels import gpu_common, gpu_ids
         from ..kernels.grid_gpu import OUTPUT_BYTES_PER_PAIR, SORT_BYTES_PER_PAIR
 
-        per_room = OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR  # a pair's device bytes the room allows
-        counts = [int(found)]
-        rest = [self._driver(call) for call in calls[k + 1:]]  # counted before any pair is made again
-        counts += [int(d.count()) for d in rest]
-        del rest
-        total = sum(int(key.shape[0]) for key, _ in held) + sum(counts)
+        counts = [int(key.shape[0]) for key, _ in held] + [int(found)]
+        counts += [int(self._driver(call).count()) for call in calls[k + 1:]]  # one index at a time
+        total = sum(counts)
         step = max_pairs or max(1, total)
-        # a call's pairs and their keys (OUTPUT + 12 bytes a pair) beside a range's keys (12 a pair)
-        if max(counts) * (OUTPUT_BYTES_PER_PAIR + 12) + room * 12 > room * per_room:
+        # every call is run again in each pass: its pairs and their keys (OUTPUT + 12 bytes a pair) beside a
+        # range's kept keys (12 a pair), within the room's device bytes (OUTPUT + SORT a pair)
+        room_bytes = room * (OUTPUT_BYTES_PER_PAIR + SORT_BYTES_PER_PAIR)
+        if max(counts) * (OUTPUT_BYTES_PER_PAIR + 12) + room * 12 > room_bytes:
             logger.info("partition %d: %d pairs outgrow the device's room for %d, a call alone too: "
                         "sorted on the host", self.part.index, total, room)
             yield from self._host_way(held, driver, calls[k:], step)
             return
-        del driver
-        first, width = gpu_ids.id_bins(*_id_span(self.ia, self.ib if self.part.b is not None else None))
+        # a self-join's first id is the smaller of its rows' ids, from either side; an A x B join's is A's
+        sides = (self.ia, self.ib if self.job.selfjoin and self.part.b is not None else None)
+        first, width = gpu_ids.id_bins(*_id_span(*sides))
         histogram = gpu_common.cupy().zeros(gpu_ids.RANGE_BINS, np.int64)
         for key, _ in held:
             histogram += gpu_ids.key_histogram(key, first, width)
         held.clear()
-        for call in calls[k:]:
-            key, _ = self._keys(self._driver(call), call)
+        for t, call in enumerate(calls[k:]):
+            key = self._keys(driver if t == 0 else self._driver(call), call)[0]
+            driver = None  # call k's index freed once its pairs are made
             histogram += gpu_ids.key_histogram(key, first, width)
             del key
         ranges = gpu_ids.key_ranges(histogram.tolist(), room, first, width)
