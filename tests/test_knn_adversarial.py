@@ -75,7 +75,10 @@ def test_oracle_by_hand():
 
 
 def knn(a, b, k, method, budget=None):
-    return dj.knn_join(a, b, k=k, method=method, backend="cpu", memory_budget=budget).compute()
+    # in this thread (``scheduler="sync"``): the cases are tiny and their partitions many, so two task threads
+    # spend their time taking the GIL from each other (a 60-row join of 61 tasks: 0.06 s here, 0.12 s on
+    # threads); the threaded path is the same code, run by test_knn.py, test_api.py and test_threading_layer.py
+    return dj.knn_join(a, b, k=k, method=method, backend="cpu", memory_budget=budget).compute(scheduler="sync")
 
 
 def assert_matches(got, a, b, k, what=""):
@@ -337,7 +340,8 @@ def test_zarr_blocks_pruned_by_box_match_oracle(case, method, zarr_writer):
         plan = check_split(path_a, path_b, k, method, budget)
         # rows sorted along x: the blocks' boxes differ, so pruning by box distance has work to do
         assert len({(tuple(lo), tuple(hi)) for lo, hi in zip(plan.block_lo, plan.block_hi)}) >= 2
-        got = dj.knn_join(path_a, path_b, k=k, method=method, backend="cpu", memory_budget=budget).compute()
+        got = dj.knn_join(path_a, path_b, k=k, method=method, backend="cpu", memory_budget=budget).compute(
+            scheduler="sync")
         assert_matches(got, a, b, k, f"zarr {method} k={k} budget={budget}")
 
 
