@@ -9,6 +9,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cases import case_by_name
 from oracle import assert_same_pairs, oracle_cross_pairs, oracle_self_pairs
@@ -228,3 +230,55 @@ def test_one_id_bin_over_the_room_goes_the_hosts_way(numpy_device, monkeypatch, 
     joined = tuple(np.concatenate([x[t] for x in got]) for t in range(3))
     expected = oracle_self_pairs(case.a, case.eps) if b is None else oracle_cross_pairs(case.a, case.b, case.eps)
     assert_same_pairs(joined, expected, context=mode)
+
+
+def _random_case(seed: int, n: int, m: int, d: int, lattice: bool, dup: float):
+    """Rows on a lattice of spacing 1/8 (pairs exactly at eps, ties) or uniform, some rows repeated."""
+    rng = np.random.default_rng(seed)
+
+    def rows(count):
+        x = rng.integers(0, 12, (count, d)) / 8.0 if lattice else rng.random((count, d))
+        if count > 1 and dup:
+            k = int(dup * count)
+            x[rng.integers(0, count, k)] = x[rng.integers(0, count, k)]
+        return x
+
+    return rows(n), rows(m)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(0, 220), m=st.integers(0, 120), d=st.integers(1, 3),
+       lattice=st.booleans(), dup=st.sampled_from([0.0, 0.3]), cross=st.booleans(), with_distance=st.booleans(),
+       rooms=st.lists(st.integers(0, 400), min_size=1, max_size=3), max_pairs=st.integers(1, 150),
+       budget=st.sampled_from(["6kB", "16kB", "48kB"]))
+def test_property_the_device_path_under_any_room_gives_the_oracles_pairs(numpy_device, seed, n, m, d, lattice, dup,
+                                                                         cross, with_distance, rooms, max_pairs,
+                                                                         budget):
+    """Any data, any rooms (cycled over the calls' questions), any batch size: each partition is one sorted run
+    or plain batches, and together they hold the oracle's pairs, whichever way (fits, passes, host) each went."""
+    import daskjoin as dj
+    from daskjoin.kernels.registry import SortedRun
+    from daskjoin.kinds.epsilon import JoinJob
+
+    a, b = _random_case(seed, n, m, d, lattice, dup)
+    b = b if cross else None
+    eps = 0.25 if lattice else 0.2
+    numpy_device(rooms)
+    plan = dj.plan_join(a, b, eps=eps, partitioning="slabs", backend="cpu", memory_budget=budget)
+    job = JoinJob.from_plan(plan, with_distance=with_distance)
+    got = []
+    for part in plan.partitions:
+        batches = [x for x in job.batches(part, max_pairs) if len(x[0])]
+        kinds = {isinstance(x, SortedRun) for x in batches}
+        assert len(kinds) <= 1, "a partition mixes a sorted run with plain batches"
+        assert all(len(x[0]) <= max_pairs for x in batches)
+        if kinds == {True}:
+            key = np.concatenate([x[0] for x in batches]) * (1 << 32) + np.concatenate([x[1] for x in batches])
+            assert np.all(np.diff(key) > 0), "a sorted run out of order"
+        got += batches
+    expected = oracle_self_pairs(a, eps) if b is None else oracle_cross_pairs(a, b, eps)
+    if got:
+        joined = tuple(None if got[0][t] is None else np.concatenate([x[t] for x in got]) for t in range(3))
+    else:
+        joined = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32) if with_distance else None)
+    assert_same_pairs(joined, expected, context=f"rooms {rooms}", check_dist=with_distance)
