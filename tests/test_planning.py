@@ -762,3 +762,49 @@ def test_a_pair_is_priced_at_its_device_sort_on_either_backend_so_a_planned_slab
     assert [(p.a, p.b) for p in gpu.partitions] == [(p.a, p.b) for p in cpu.partitions]
     room = LIMITED_SHARE * budget / device_bytes  # what sort_room gives a task of this budget
     assert max(p.est_pairs for p in gpu.partitions) <= room
+
+
+def test_ball_key_share_and_top_weights():
+    from daskjoin.planning.slabs import ball_key_share, top_weights
+
+    u = np.linspace(0.0, 1.0, 11)
+    np.testing.assert_allclose(ball_key_share(u, 1), u / 2)  # a segment: even along its axis
+    for d in (2, 3, 8):
+        f = ball_key_share(u, d)
+        assert f[0] == 0.0 and abs(f[-1] - 0.5) < 1e-12 and np.all(np.diff(f) > 0)
+        assert f[5] > 0.25  # a ball's points crowd its middle
+    assert ball_key_share(np.array([2.0]), 3)[0] == 0.5
+    eps, grow = 0.01, 4.0
+    keys = 1.0 - np.array([0.0, 0.5, 1.0, 2.0, 3.9, 4.0, 10.0]) * eps
+    w = top_weights(keys, 1.0, eps, grow, 3)
+    assert w[0] == pytest.approx(grow, rel=1e-3)  # at the top: grow times fewer grown owners than owners
+    assert np.all(w[:5] > 1.0) and np.all(w[5:] == 1.0)
+    assert np.all(np.diff(w[:5]) < 0)  # falling to 1 at grow * eps below the top
+    assert np.all(top_weights(keys, 1.0, eps, 1.0, 3) == 1.0)  # listed at eps: nothing to restore
+
+
+def test_slab_estimates_near_the_top_restored_where_pairs_are_listed_at_a_grown_radius():
+    """Uniform rows, few sampled pairs (listed at ~2x eps): the last slab's owners are cut off over the grown
+    radius, so without the weights its estimate was ~1.5x low; with them every slab's pairs are within 1.3x."""
+    import types
+    from unittest import mock
+
+    from daskjoin.kinds.epsilon import JoinJob
+    from daskjoin.planning import planner
+
+    x = np.random.default_rng(3).random((300_000, 3))
+    eps = (3 / (300_000 * 4 / 3 * np.pi)) ** (1 / 3)  # ~3 neighbours a row
+    runner = types.SimpleNamespace(map=lambda f, items: [f(i) for i in items])
+    kw = dict(method="grid", partitioning="slabs", memory_budget=4 << 20, runner=runner, backend="cpu", gpu=False)
+
+    def ratios():
+        plan = planner.make_plan(MemorySource(x), None, eps, **kw)
+        assert plan.partitioning == "slabs" and "placed by the sample's pairs at" in plan.partitioning_reason
+        job = JoinJob.from_plan(plan, with_distance=False)
+        return np.array([job.count(p) / p.est_pairs for p in plan.partitions])
+
+    weighted = ratios()
+    with mock.patch.object(planner, "top_weights", lambda keys, *args: np.ones(len(keys))):
+        plain = ratios()
+    assert plain[-1] > 1.3  # the bias the weights undo (this sample: 1.52)
+    assert weighted.max() < 1.3 and abs(np.log(weighted[-1])) < abs(np.log(plain[-1]))

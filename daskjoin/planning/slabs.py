@@ -55,22 +55,66 @@ def owner_rows(sorted_a: SortedCopy, keys_a: np.ndarray, keys_b: np.ndarray | No
     return np.clip(rows, 0, max(0, sorted_a.n - 1)).astype(np.int64)
 
 
+def ball_key_share(u: np.ndarray, d: int) -> np.ndarray:
+    """``F(u)``: the share of a uniform d-ball's points whose offset along one axis lies in ``(0, u]`` (``u`` in
+    radii, clipped to [0, 1]; ``F(1) = 1/2``): density ``(1 - x^2)^((d - 1) / 2)``, integrated numerically."""
+    x = np.linspace(0.0, 1.0, 4097)
+    f = (1.0 - x * x) ** ((max(1, d) - 1) / 2.0)
+    cum = np.concatenate([[0.0], np.cumsum((f[1:] + f[:-1]) / 2.0)])
+    return 0.5 * np.interp(np.clip(u, 0.0, 1.0), x, cum / cum[-1])
+
+
+def top_weights(keys: np.ndarray, top: float, eps: float, grow: float, d: int) -> np.ndarray:
+    """Weights of sampled self-join pairs listed at ``grow * eps`` whose owners (smaller keys) are ``keys``:
+    near the largest key ``top`` an owner's partners above are cut off within the grown radius, where the
+    join's own pairs are cut off only within eps.  Under locally even density the pairs a row at ``t`` below
+    the top owns are ``F(t / eps)`` of those it owns inside, the grown pairs ``F(t / (grow eps))``
+    (:func:`ball_key_share`): the ratio restores the join's shape (``grow`` at the top, 1 from ``grow * eps``)."""
+    t = np.maximum(0.0, top - np.asarray(keys, np.float64))
+    if grow <= 1.0 or eps <= 0:
+        return np.ones(t.shape[0])
+    wide = ball_key_share(t / (grow * eps), d)
+    near = ball_key_share(t / eps, d)
+    out = np.ones(t.shape[0])
+    inside = t < grow * eps
+    small = wide[inside] > 0
+    ratio = np.full(int(inside.sum()), float(grow))  # the limit at t = 0
+    ratio[small] = near[inside][small] / wide[inside][small]
+    out[inside] = ratio
+    return out
+
+
+class OwnedPairs:
+    """The sampled pairs' owner rows, sorted, with their weights: the weight that rows ``[s, e)`` own."""
+
+    def __init__(self, rows: np.ndarray, weights: np.ndarray | None = None):
+        order = np.argsort(rows, kind="stable")
+        self.rows = np.asarray(rows)[order]
+        w = np.ones(order.shape[0]) if weights is None else np.asarray(weights, np.float64)[order]
+        self.cum = np.concatenate([[0.0], np.cumsum(w)])
+        self.total = float(self.cum[-1])
+
+    def within(self, s: int, e: int) -> float:
+        return float(self.cum[np.searchsorted(self.rows, e)] - self.cum[np.searchsorted(self.rows, s)])
+
+
 def work_cuts(n_a: int, rows: int, owners: np.ndarray | None, pairs_upper: float, budget: float,
-              bytes_per_row: float, held: bool = True) -> np.ndarray:
+              bytes_per_row: float, held: bool = True, weights: np.ndarray | None = None) -> np.ndarray:
     """Slab boundaries (``0 .. n_a``) of about equal work: as many slabs as ``rows``-row slabs would make,
     each holding about the same rows (``ROW_WORK`` each) plus estimated pairs, where ``owners`` (the
     sorted rows owning the sampled pairs) spread ``pairs_upper``; no slab's rows (and pairs, where a task
-    ``held`` them: not for a count) over ``budget``.  Equal rows where no pairs were sampled."""
+    ``held`` them: not for a count) over ``budget``; ``weights``: each owner's (:func:`top_weights`; 1 by
+    default).  Equal rows where no pairs were sampled."""
     rows = max(1, int(rows))
     if owners is None or not len(owners) or n_a <= rows:
         return np.append(np.arange(0, n_a, rows, dtype=np.int64), n_a)
-    owners = np.sort(owners)
-    per_pair = pairs_upper / len(owners)
+    owned = OwnedPairs(owners, weights)
+    per_pair = pairs_upper / owned.total
     slabs = -(-n_a // rows)
     target = (n_a * ROW_WORK + pairs_upper) / slabs
 
     def fits(s: int, e: int) -> bool:
-        pairs = per_pair * (np.searchsorted(owners, e) - np.searchsorted(owners, s))
+        pairs = per_pair * owned.within(s, e)
         rows_here = e - s
         return (rows_here * ROW_WORK + pairs <= target
                 and rows_here * bytes_per_row + (pairs * PAIR_BYTES if held else 0.0) <= budget)
@@ -90,19 +134,18 @@ def work_cuts(n_a: int, rows: int, owners: np.ndarray | None, pairs_upper: float
 
 
 def plan_slabs(sorted_a: SortedCopy, sorted_b: SortedCopy | None, eps: float, rows: int, pairs_upper: float,
-               cuts: np.ndarray | None = None, owners: np.ndarray | None = None):
+               cuts: np.ndarray | None = None, owners: np.ndarray | None = None, weights: np.ndarray | None = None):
     """The slabs: ``rows`` rows each, or between the given ``cuts`` (:func:`work_cuts`); each slab's estimate
-    from where the sampled pairs' ``owners`` lie, or its share of the rows."""
+    from where the sampled pairs' ``owners`` lie (with their ``weights``), or its share of the rows."""
     n_a = sorted_a.n
     if cuts is None:
         cuts = np.append(np.arange(0, n_a, max(1, rows), dtype=np.int64), n_a)
-    sampled = 0 if owners is None else len(owners)
-    owners = None if not sampled else np.sort(owners)
+    owned = None if owners is None or not len(owners) else OwnedPairs(owners, weights)
     parts = []
     for s, e in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
         share = (e - s) / max(1, n_a)
-        est = pairs_upper * share if not sampled else pairs_upper * (
-            np.searchsorted(owners, e) - np.searchsorted(owners, s) + PRIOR_PAIRS * share) / (sampled + PRIOR_PAIRS)
+        est = pairs_upper * share if owned is None else pairs_upper * (
+            owned.within(s, e) + PRIOR_PAIRS * share) / (owned.total + PRIOR_PAIRS)
         if sorted_b is None:
             top = sorted_a.upper_key(e)
             x = max(e, sorted_a.first_above(top + reach(eps, top)))
