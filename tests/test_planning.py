@@ -775,12 +775,12 @@ def test_ball_key_share_and_top_weights():
         assert f[5] > 0.25  # a ball's points crowd its middle
     assert ball_key_share(np.array([2.0]), 3)[0] == 0.5
     eps, grow = 0.01, 4.0
-    keys = 1.0 - np.array([0.0, 0.5, 1.0, 2.0, 3.9, 4.0, 10.0]) * eps
-    w = top_weights(keys, 1.0, eps, grow, 3)
+    keys = -np.array([0.0, 0.5, 1.0, 2.0, 3.9, 4.0, 10.0]) * eps  # t below a top of 0
+    w = top_weights(keys, 0.0, eps, grow, 3)
     assert w[0] == pytest.approx(grow, rel=1e-3)  # at the top: grow times fewer grown owners than owners
     assert np.all(w[:5] > 1.0) and np.all(w[5:] == 1.0)
     assert np.all(np.diff(w[:5]) < 0)  # falling to 1 at grow * eps below the top
-    assert np.all(top_weights(keys, 1.0, eps, 1.0, 3) == 1.0)  # listed at eps: nothing to restore
+    assert np.all(top_weights(keys, 0.0, eps, 1.0, 3) == 1.0)  # listed at eps: nothing to restore
 
 
 def test_slab_estimates_near_the_top_restored_where_pairs_are_listed_at_a_grown_radius():
@@ -808,3 +808,24 @@ def test_slab_estimates_near_the_top_restored_where_pairs_are_listed_at_a_grown_
         plain = ratios()
     assert plain[-1] > 1.3  # the bias the weights undo (this sample: 1.52)
     assert weighted.max() < 1.3 and abs(np.log(weighted[-1])) < abs(np.log(plain[-1]))
+
+
+def test_no_top_weights_where_keys_lie_on_levels_farther_apart_than_eps():
+    """Keys on levels 1 apart, eps 0.1: pairs lie within a level, nothing above the top level is missed, so
+    the top level's owners keep weight 1; the same rows spread evenly get weights near the top."""
+    import types
+
+    from daskjoin.planning import planner
+
+    rng = np.random.default_rng(2)
+    n = 4000
+    for levels, weighted in ((True, False), (False, True)):
+        key = rng.integers(0, 10, n).astype(np.float64) if levels else rng.random(n) * 10
+        x = np.stack([key, rng.random(n)], axis=1)
+        sorted_a = sort_in_memory(MemorySource(x), 0)
+        rows = np.arange(n, dtype=np.int64)
+        stats = types.SimpleNamespace(sample=x, sample_rows=rows, hi_all=x.max(axis=0))
+        i, j = oracle_self_pairs(x, 0.3)[:2]
+        owners, weights = planner._slab_owners(sorted_a, stats, None, (i, j), 0, eps=0.1, grow=3.0)
+        assert len(owners) == len(i)
+        assert (weights is not None and weights.max() > 1.5) if weighted else weights is None
