@@ -12,7 +12,8 @@ bytes) in one pass, and the keys are sorted with the distances: no more than the
 A slab whose pairs outgrow that room after all (its estimate was low) is sorted in passes over ranges of
 the first id (:func:`key_ranges`): each pass runs its calls again and keeps the pairs of one range, so the
 ranges' sorted runs follow one another.  The kernels are fast beside a host sort, and a GPU worker need not
-load Numba (whose first import and compile took a fallen-back task ~10 s, 2026-11-27).
+load Numba (a task that fell back took ~10 s on a fresh machine, 2026-11-27: its first import and compile
+are the likely cost).
 """
 from __future__ import annotations
 
