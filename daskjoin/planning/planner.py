@@ -215,8 +215,8 @@ def _slab_owners(sorted_a, stats_a, stats_b, pair_rows, dim: int, eps: float = 0
             # (keys on levels farther apart than eps pair only within a level: no partners above to miss)
             return rows, None
         # pairs listed at a grown radius lose their owners near the top of the keys over that radius, where
-        # the join's own pairs lose them over eps: weighted back (20M x 3-d uniform at 256 MB: the last
-        # slab's pairs 2.02x its estimate before, 1.32x after; the largest slab over the median 1.47 -> 1.29x)
+        # the join's own pairs lose them over eps: weighted back (20M x 3-d uniform at 256 MB: the largest
+        # actual / estimated pairs of a slab 2.56x before, 1.39x after; benchmarks/slab_estimates.py)
         owner_keys = np.minimum(ka, kb)
         w = top_weights(owner_keys, top, eps, grow, stats_a.sample.shape[1])
         return rows, w[np.argsort(owner_keys, kind="stable")]  # owner_rows gives the rows in key order
