@@ -141,6 +141,11 @@ def timed(client, prefix: str, fn):
     return value, wall, task_stats(stream.data, prefix, wall)
 
 
+#: GPU tasks a worker runs at once (``--slots-per-gpu``): with two, one task's Parquet pieces are written while
+#: the next task computes on the same device (each task thread holds one of the worker's ``GPU`` resources)
+SLOTS = {"per_gpu": 1}
+
+
 def start(g: int, cpu: bool):
     from daskjoin.execution.cluster import _become_default, close_default, start_local_cuda
 
@@ -154,7 +159,9 @@ def start(g: int, cpu: bool):
     else:
         # memory_limit=0: no Dask pausing/spilling by a limit sized from MemTotal, which on some lent machines
         # starts far below the memory they have
-        client = start_local_cuda(CUDA_VISIBLE_DEVICES=",".join(str(k) for k in range(g)), memory_limit=0)
+        slots = SLOTS["per_gpu"]
+        extra = {} if slots == 1 else {"threads_per_worker": slots, "resources": {"GPU": slots}}
+        client = start_local_cuda(CUDA_VISIBLE_DEVICES=",".join(str(k) for k in range(g)), memory_limit=0, **extra)
     client.wait_for_workers(g)
     return client, time.perf_counter() - t
 
@@ -199,7 +206,11 @@ def scaling(args, report, path, backend):
 
     for g in args.gpus:
         client, start_s = start(g, args.cpu)
-        row = {"gpus": g, "cluster_start_s": round(start_s, 2)}
+        row = {"gpus": g, "cluster_start_s": round(start_s, 2), "slots_per_gpu": SLOTS["per_gpu"]}
+        if SLOTS["per_gpu"] > 1:  # plan for every slot (the planner counts one GPU task a worker)
+            import dask.config
+
+            dask.config.set({"daskjoin.parallel-tasks": SLOTS["per_gpu"] * g})
         opts = dict(eps=eps, client=client, backend=backend, memory_budget=args.budget)
         _, row["count_first_s"], _ = timed(client, "partition_count",
                                            lambda: dj.similarity_join(store, output="count", **opts))
@@ -413,9 +424,11 @@ def main() -> None:
                     help="counts on each GPU count; the best after the first (which loads the kernels) is reported")
     ap.add_argument("--deadline", type=float, default=560.0, help="seconds from start a highd count may end by")
     ap.add_argument("--cpu", action="store_true", help="CPU workers at small sizes: checks the script")
+    ap.add_argument("--slots-per-gpu", type=int, default=1, help="GPU tasks a worker runs at once (task threads)")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--out-json", default=None)
     args = ap.parse_args()
+    SLOTS["per_gpu"] = max(1, args.slots_per_gpu)
     args.gpus = sorted(int(g) for g in args.gpus.split(","))
     args.ooc_write_gpus = [int(g) for g in args.ooc_write_gpus.split(",")] if args.ooc_write_gpus else None
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="bench-multigpu-")

@@ -203,9 +203,14 @@ def test_a_join_the_budget_cuts_finer_is_not_cut_again(client, big_store, two_sl
     assert "workers share" not in plan.explain()
 
 
-def test_the_cut_for_workers_keeps_the_budgets_partitioning(client, big_store):
+def test_the_cut_for_workers_keeps_the_budgets_partitioning(client, big_store, monkeypatch):
     """Two blocks by the budget keep chunk pairs (every block pair kept: 1.0 <= 2/2); the cut into four for
-    four workers must not turn that into slabs (1.0 > 2/4) and a sorted copy."""
+    four workers must not turn that into slabs (1.0 > 2/4) and a sorted copy.  (Query shares priced far above
+    their part of the pairs, so that they do not fit: the cut is into blocks.)"""
+    from daskjoin.planning import planner
+
+    monkeypatch.setattr(planner, "SHARE_SLACK", 1000.0)
+    dj.clear_cache()  # plans cached under the usual price would be reused
     path, _, eps, _ = big_store
     with dask.config.set({"daskjoin.parallel-tasks": 1}):
         one = dj.plan_join(path, eps=eps, client=client, memory_budget="112MB")
@@ -213,6 +218,30 @@ def test_the_cut_for_workers_keeps_the_budgets_partitioning(client, big_store):
         four = dj.plan_join(path, eps=eps, client=client, memory_budget="112MB")
     assert one.partitioning == four.partitioning == "chunk_pairs", (one.explain(), four.explain())
     assert one.ntasks == 3 and four.ntasks == 10 and "so that 4 workers share it" in four.explain()
+    assert all(p.share is None for p in four.partitions)
+    dj.clear_cache()  # nor may these plans outlive the price they were made under
+
+
+def test_shares_that_fit_the_budget_where_the_whole_join_does_not(client, big_store, tmp_path):
+    """The budget cuts the join into two blocks for one worker, but a query share holds only its part of the
+    pairs: four workers get four shares (not ten block pairs, of which each worker would run two or three),
+    and the pairs are the oracle's (the test above: with the shares priced above the budget, blocks)."""
+    path, x, eps, expected = big_store
+    with dask.config.set({"daskjoin.parallel-tasks": 1}):
+        one = dj.plan_join(path, eps=eps, client=client, memory_budget="112MB")
+    assert one.ntasks == 3 and all(p.share is None for p in one.partitions)  # the whole does not fit one task
+    with dask.config.set({"daskjoin.parallel-tasks": 4}):
+        four = dj.plan_join(path, eps=eps, client=client, memory_budget="112MB")
+        assert [p.share for p in four.partitions] == [(k, 4, "cpu") for k in range(4)]
+        assert four.partitioning == "chunk_pairs"
+        assert "holds the pairs of its share only, within the budget" in four.explain()
+        result = dj.similarity_join(path, eps=eps, client=client, memory_budget="112MB",
+                                    out=str(tmp_path / "pairs.parquet"))
+    got = pq.read_table(str(tmp_path / "pairs.parquet")).to_pandas()
+    want = np.unique(np.sort(cKDTree(x).query_pairs(eps, output_type="ndarray"), axis=1), axis=0)
+    assert result.pairs == expected == len(got)
+    pairs = got[["i", "j"]].to_numpy()
+    assert np.array_equal(np.unique(pairs, axis=0), want)  # each part sorted; the shares' rows interleave
 
 
 def test_a_lazy_frame_of_gpu_tasks_on_a_mixed_cluster_warns(client, monkeypatch):

@@ -122,6 +122,9 @@ def _sorted(source: Source, dim: int, stats, runner, budget: int, fingerprint: s
     return open_sorted(path, dim), f"sorted copy {'built at' if built else 'reused from'} {path}"
 
 
+#: query shares are of about equal work, not equal pairs: a share is priced at this many times its even part of
+#: the pairs when shares are weighed against the budget (where the whole join would not fit one task)
+SHARE_SLACK = 1.5
 #: a block pair is halved for balance once its estimate exceeds a worker's share by this factor: the cross
 #: pair of two blocks holds half of a uniform self-join, and sampling noise alone must not cut it
 BALANCE_SLACK = 1.25
@@ -331,6 +334,11 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     # (4 GPUs, 20M rows: 4 blocks kept 100% > 2/4 chose slabs, and a sorted copy, where the budget's 2 did not)
     budget_rows = rows
     cut = split > 1 and _split_rows(max(n_a, n_b, 1), split, a.chunk_rows) < rows  # the budget alone cuts fewer
+    tag = _share_tag(chosen_method, share_backend)
+    # a query share reads every row but holds only its share of the pairs: shares may fit where the whole does not
+    shares_fit = split > 1 and bool(tag) and total_rows <= row_cap and (
+        total_rows * per_row + SHARE_SLACK * held / split * PAIR_BYTES <= memory_budget)
+    cut = cut or (shares_fit and not fits)
     if cut:
         rows = _split_rows(max(n_a, n_b, 1), split, a.chunk_rows)
     if cut or not fits:  # several partitions: where the sample's pairs lie places their estimates (one needs none)
@@ -341,15 +349,15 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     nblocks = -(-max(n_a, n_b, 1) // rows)
     if cut and not fits:  # the pruning the budget's blocks would have: the kept share of the uncut plan
         _, kept = plan_block_pairs(stats_a, stats_b, eps, budget_rows, est.upper)
-    chosen, reason = cost.choose_partitioning(partitioning, fits_one_task=fits, kept_fraction=kept,
+    chosen, reason = cost.choose_partitioning(partitioning, fits_one_task=fits or (cut and shares_fit), kept_fraction=kept,
                                               nblocks=-(-max(n_a, 1) // budget_rows),
                                               slab_reads=_slab_reads(stats_a, stats_b, eps, n_a, n_b, held,
                                                                      memory_budget, slab_cost))
-    tag = _share_tag(chosen_method, share_backend)
-    if cut and fits and chosen == "chunk_pairs" and tag:
+    if cut and (fits or shares_fit) and chosen == "chunk_pairs" and tag:
         parts = _query_shares(n_a, None if b is None else n_b, split, est.upper, tag)
         reason += (f"; its queries cut into {split} shares so that {parallelism} workers share it "
-                   f"(each task indexes every row and searches one share)")
+                   f"(each task indexes every row and searches one share"
+                   + ("" if fits else ", and holds the pairs of its share only, within the budget") + ")")
     elif cut and chosen == "chunk_pairs":
         reason += f"; cut into {nblocks} blocks ({len(parts)} block pairs) so that {parallelism} workers share it"
     reader_a, reader_b, notes = a, b, []
