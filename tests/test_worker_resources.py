@@ -15,6 +15,7 @@ import pytest
 
 import daskjoin as dj
 from daskjoin import config
+from daskjoin.cores import usable_cores
 from daskjoin.execution import resources, task
 
 from oracle import oracle_self_pairs
@@ -33,7 +34,7 @@ def _threads(tasks=None):
     import numba
 
     task._set_threads(tasks)
-    return numba.get_num_threads(), task._cores()
+    return numba.get_num_threads(), usable_cores()
 
 
 def _threads_beside_another(deadline_s: float = 30.0):
@@ -49,7 +50,7 @@ def _threads_beside_another(deadline_s: float = 30.0):
     task._set_threads(1)  # told it is its join's only task, but another task executes beside it
     seen = state.executing_count
     time.sleep(0.3)
-    return numba.get_num_threads(), task._cores(), seen
+    return numba.get_num_threads(), usable_cores(), seen
 
 
 def test_the_only_task_of_a_join_takes_every_core(two_thread_client):

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import sys
 import threading
 import time
@@ -28,6 +27,7 @@ import time
 import numpy as np
 
 from .. import config
+from ..cores import usable_cores
 from .pair_order import sorted_pieces, sorted_whole
 
 PAIR_ROW_BYTES = 20
@@ -126,7 +126,7 @@ def _set_threads(tasks: int | None = None) -> None:
             running = max(running, min(threads, int(state.executing_count)))
         except (ImportError, ValueError, AttributeError):
             return
-        wanted = max(1, _cores() // running)
+        wanted = max(1, usable_cores() // running)
     set_threads(int(wanted))
 
 
@@ -138,14 +138,6 @@ def _on_gpu(job) -> bool:
     from ..kernels import resolve_backend
 
     return resolve_backend(backend) == "gpu"
-
-
-def _cores() -> int:
-    """The cores this process may run on (its CPU affinity where the OS tells it)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
 
 
 def describe_part(part) -> str:

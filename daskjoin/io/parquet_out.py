@@ -113,9 +113,12 @@ _POOL_LOCK = threading.Lock()
 
 
 def writer_threads() -> int:
-    """Threads that encode and write pieces in one process (``daskjoin.writer-threads``; auto: its cores)."""
+    """Threads that encode and write pieces in one process (``daskjoin.writer-threads``; auto: the cores it may
+    run on, :func:`~daskjoin.cores.usable_cores`)."""
+    from ..cores import usable_cores
+
     wanted = config.get("writer-threads")
-    return max(1, int(os.cpu_count() or 1) if wanted in (None, "auto") else int(wanted))
+    return max(1, usable_cores() if wanted in (None, "auto") else int(wanted))
 
 
 def _pool() -> tuple[ThreadPoolExecutor, threading.BoundedSemaphore]:
