@@ -203,14 +203,24 @@ def test_a_join_the_budget_cuts_finer_is_not_cut_again(client, big_store, two_sl
     assert "workers share" not in plan.explain()
 
 
-def test_the_cut_for_workers_keeps_the_budgets_partitioning(client, big_store, monkeypatch):
-    """Two blocks by the budget keep chunk pairs (every block pair kept: 1.0 <= 2/2); the cut into four for
-    four workers must not turn that into slabs (1.0 > 2/4) and a sorted copy.  (Query shares priced far above
-    their part of the pairs, so that they do not fit: the cut is into blocks.)"""
+@pytest.fixture
+def cpu_point_shares(monkeypatch):
+    """The CPU grid's shares weighed share by share against the budget, as the GPU grid's are (the CPU grid cuts
+    whole cells, so by default its shares are used only where the whole join fits): the planning and the
+    running of such shares, exercised on this machine.  Plans are not cached across the change."""
     from daskjoin.planning import planner
 
-    monkeypatch.setattr(planner, "SHARE_SLACK", 1000.0)
-    dj.clear_cache()  # plans cached under the usual price would be reused
+    monkeypatch.setattr(planner, "POINT_SHARES", ("gpu", "cpu"))
+    dj.clear_cache()
+    yield planner
+    dj.clear_cache()
+
+
+def test_the_cut_for_workers_keeps_the_budgets_partitioning(client, big_store):
+    """Two blocks by the budget keep chunk pairs (every block pair kept: 1.0 <= 2/2); the cut into four for
+    four workers must not turn that into slabs (1.0 > 2/4) and a sorted copy.  (The CPU grid's shares are
+    not weighed against the budget share by share: the cut is into blocks.)"""
+    dj.clear_cache()
     path, _, eps, _ = big_store
     with dask.config.set({"daskjoin.parallel-tasks": 1}):
         one = dj.plan_join(path, eps=eps, client=client, memory_budget="112MB")
@@ -219,13 +229,13 @@ def test_the_cut_for_workers_keeps_the_budgets_partitioning(client, big_store, m
     assert one.partitioning == four.partitioning == "chunk_pairs", (one.explain(), four.explain())
     assert one.ntasks == 3 and four.ntasks == 10 and "so that 4 workers share it" in four.explain()
     assert all(p.share is None for p in four.partitions)
-    dj.clear_cache()  # nor may these plans outlive the price they were made under
 
 
-def test_shares_that_fit_the_budget_where_the_whole_join_does_not(client, big_store, tmp_path):
+def test_shares_that_fit_the_budget_where_the_whole_join_does_not(client, big_store, tmp_path, cpu_point_shares,
+                                                                   monkeypatch):
     """The budget cuts the join into two blocks for one worker, but a query share holds only its part of the
     pairs: four workers get four shares (not ten block pairs, of which each worker would run two or three),
-    and the pairs are the oracle's (the test above: with the shares priced above the budget, blocks)."""
+    and the pairs are the oracle's.  Priced far above their part, the shares do not fit: blocks again."""
     path, x, eps, expected = big_store
     with dask.config.set({"daskjoin.parallel-tasks": 1}):
         one = dj.plan_join(path, eps=eps, client=client, memory_budget="112MB")
@@ -234,7 +244,9 @@ def test_shares_that_fit_the_budget_where_the_whole_join_does_not(client, big_st
         four = dj.plan_join(path, eps=eps, client=client, memory_budget="112MB")
         assert [p.share for p in four.partitions] == [(k, 4, "cpu") for k in range(4)]
         assert four.partitioning == "chunk_pairs"
-        assert "holds the pairs of its share only, within the budget" in four.explain()
+        text = four.explain()
+        assert "a query share of the join fits one task's memory budget (the whole join does not)" in text
+        assert "holds the pairs of its share only" in text and "the whole join fits" not in text
         result = dj.similarity_join(path, eps=eps, client=client, memory_budget="112MB",
                                     out=str(tmp_path / "pairs.parquet"))
     got = pq.read_table(str(tmp_path / "pairs.parquet")).to_pandas()
@@ -242,6 +254,11 @@ def test_shares_that_fit_the_budget_where_the_whole_join_does_not(client, big_st
     assert result.pairs == expected == len(got)
     pairs = got[["i", "j"]].to_numpy()
     assert np.array_equal(np.unique(pairs, axis=0), want)  # each part sorted; the shares' rows interleave
+    monkeypatch.setattr(cpu_point_shares, "SHARE_SLACK", 1000.0)
+    dj.clear_cache()
+    with dask.config.set({"daskjoin.parallel-tasks": 4}):
+        priced_out = dj.plan_join(path, eps=eps, client=client, memory_budget="112MB")
+    assert priced_out.ntasks == 10 and all(p.share is None for p in priced_out.partitions)
 
 
 def test_a_lazy_frame_of_gpu_tasks_on_a_mixed_cluster_warns(client, monkeypatch):

@@ -125,6 +125,11 @@ def _sorted(source: Source, dim: int, stats, runner, budget: int, fingerprint: s
 #: query shares are of about equal work, not equal pairs: a share is priced at this many times its even part of
 #: the pairs when shares are weighed against the budget (where the whole join would not fit one task)
 SHARE_SLACK = 1.5
+#: share tags whose shares are cut by query point (the GPU grid), so that no indivisible unit holds more than
+#: a point's pairs: only these are weighed share by share.  The CPU grid cuts whole cells (one cell of many
+#: duplicates lands in one share whole) and GPU brute force equal runs of tile pairs (clustered data put the
+#: pairs in a few tiles), so a share of theirs may hold several times its even part.
+POINT_SHARES = ("gpu",)
 #: a block pair is halved for balance once its estimate exceeds a worker's share by this factor: the cross
 #: pair of two blocks holds half of a uniform self-join, and sampling noise alone must not cut it
 BALANCE_SLACK = 1.25
@@ -336,7 +341,8 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     cut = split > 1 and _split_rows(max(n_a, n_b, 1), split, a.chunk_rows) < rows  # the budget alone cuts fewer
     tag = _share_tag(chosen_method, share_backend)
     # a query share reads every row but holds only its share of the pairs: shares may fit where the whole does not
-    shares_fit = split > 1 and bool(tag) and total_rows <= row_cap and (
+    # (then the rows computed next and the block pairs planned from them are not used: the shares replace them)
+    shares_fit = split > 1 and tag in POINT_SHARES and total_rows <= row_cap and (
         total_rows * per_row + SHARE_SLACK * held / split * PAIR_BYTES <= memory_budget)
     cut = cut or (shares_fit and not fits)
     if cut:
@@ -355,9 +361,11 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
                                                                      memory_budget, slab_cost))
     if cut and (fits or shares_fit) and chosen == "chunk_pairs" and tag:
         parts = _query_shares(n_a, None if b is None else n_b, split, est.upper, tag)
+        if not fits and partitioning == "auto":
+            reason = "a query share of the join fits one task's memory budget (the whole join does not)"
         reason += (f"; its queries cut into {split} shares so that {parallelism} workers share it "
                    f"(each task indexes every row and searches one share"
-                   + ("" if fits else ", and holds the pairs of its share only, within the budget") + ")")
+                   + ("" if fits else ", and holds the pairs of its share only") + ")")
     elif cut and chosen == "chunk_pairs":
         reason += f"; cut into {nblocks} blocks ({len(parts)} block pairs) so that {parallelism} workers share it"
     reader_a, reader_b, notes = a, b, []
