@@ -424,7 +424,7 @@ def main() -> None:
                     help="counts on each GPU count; the best after the first (which loads the kernels) is reported")
     ap.add_argument("--deadline", type=float, default=560.0, help="seconds from start a highd count may end by")
     ap.add_argument("--cpu", action="store_true", help="CPU workers at small sizes: checks the script")
-    ap.add_argument("--slots-per-gpu", type=int, default=1, help="GPU tasks a worker runs at once (task threads)")
+    ap.add_argument("--slots-per-gpu", type=int, default=1, help="GPU tasks a worker runs at once (task threads; each task plans for the whole --budget, so a GPU may hold that many budgets)")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--out-json", default=None)
     args = ap.parse_args()

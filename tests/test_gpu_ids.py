@@ -204,3 +204,64 @@ def test_slab_pairs_without_distances():
     got = _joined(parts, with_distance=False)
     assert got[2] is None
     assert_same_pairs(got, _expected(case, "self"), check_dist=False)
+
+
+def _chunk_batches(a, b, eps, max_pairs, shares: int = 1):
+    """Every partition's batches of a chunk-pair plan (row offsets) on the GPU, as the tasks see them: blocks of a
+    small budget, or (``shares`` > 1) the whole join cut into query shares for that many workers."""
+    import dask
+
+    import daskjoin as dj
+    from daskjoin.kinds.epsilon import JoinJob
+    from daskjoin.planning import cost
+
+    settings = {"daskjoin.parallel-tasks": shares} if shares > 1 else {}
+    with dask.config.set(settings), pytest.MonkeyPatch.context() as mp:
+        if shares > 1:
+            mp.setattr(cost, "SPLIT_MIN_ROWS", 1)  # small cases cut for the workers as large ones are
+        plan = dj.plan_join(a, b, eps=eps, method="grid", partitioning="chunk_pairs", backend="gpu",
+                            memory_budget="1GB" if shares > 1 else "48kB")
+    assert plan.partitioning == "chunk_pairs"
+    if shares > 1 and len(a) > 1:
+        assert all(p.share is not None for p in plan.partitions), plan.explain()
+    job = JoinJob.from_plan(plan, with_distance=True)
+    return [(part, [x for x in job.batches(part, max_pairs) if len(x[0])]) for part in plan.partitions]
+
+
+@pytest.mark.parametrize("name", ["uniform_d3_f32", "duplicates_d3_f64", "near_eps_offset1e6_d2_f64"])
+@pytest.mark.parametrize("mode", ["self", "cross"])
+@pytest.mark.parametrize("shares", [1, 3])
+@pytest.mark.parametrize("share", [0.8, 0.4, 0.0])
+def test_a_chunk_pair_partition_over_the_device_room_is_sorted_there_in_passes(name, mode, shares, share,
+                                                                              monkeypatch):
+    """A block, block pair or query share whose pairs outgrow the device's room (``share`` of the largest
+    partition's pairs) was sent to the host unsorted by its driver; its row offsets now become id arrays and it
+    is sorted on the device in passes over id ranges, one sorted run still (or goes the host's way where a call
+    or one id bin alone outgrows the room: room 0).  The oracle's pairs either way, and partitions within the
+    room keep their driver's own sorted run."""
+    from daskjoin.kernels import gpu_common
+    from daskjoin.kernels.registry import SortedRun
+
+    case = case_by_name(name)
+    b = None if mode == "self" else case.b
+    parts = _chunk_batches(case.a, b, case.eps, 31, shares)
+    assert_same_pairs(_joined(parts), _expected(case, mode), context=f"{name}/{mode}/{shares} shares")
+    assert all(isinstance(x, SortedRun) for _, got in parts for x in got)  # within the room: the driver's run
+    largest = max([sum(len(x[0]) for x in got) for _, got in parts] + [0])
+    room = int(share * largest)
+    monkeypatch.setattr(gpu_common, "sort_room", lambda: room)
+    parts = _chunk_batches(case.a, b, case.eps, 31, shares)
+    assert_same_pairs(_joined(parts), _expected(case, mode), context=f"{name}/{mode}/{shares} shares/room {room}")
+    for part, got in parts:
+        kinds = {isinstance(x, SortedRun) for x in got}
+        assert len(kinds) <= 1, part
+        assert all(len(x[0]) <= 31 for x in got)
+        if kinds == {True}:
+            i, j = np.concatenate([x[0] for x in got]), np.concatenate([x[1] for x in got])
+            key = i.astype(np.uint64) << np.uint64(32) | j.astype(np.uint64)
+            assert np.all(np.diff(key.astype(np.int64)) > 0)
+            if mode == "self":
+                assert np.all(i < j)
+    if name == "uniform_d3_f32" and share == 0.8 and largest:  # over the room, yet sorted on the device
+        heaviest = max(parts, key=lambda p: sum(len(x[0]) for x in p[1]))[1]
+        assert heaviest and all(isinstance(x, SortedRun) for x in heaviest)

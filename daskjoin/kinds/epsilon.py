@@ -161,6 +161,9 @@ class _Sides:
         if self._ids_on_device():
             yield from self._device_batches(max_pairs)
             return
+        if max_pairs is not None and self._one_device_call_by_offsets():
+            yield from self._offset_batches(max_pairs)
+            return
         kernel = self.kernel
         eps, wd = self.job.eps, self.job.with_distance
         one = not (self.part.self_part and self.part.b is not None)
@@ -191,10 +194,39 @@ class _Sides:
         sides = [self.ia] + ([self.ib] if self.part.b is not None else [])
         if not self.kernel.device_pairs or not all(isinstance(ids, np.ndarray) for ids in sides):
             return False
+        return self._ids_fit_keys()
+
+    def _ids_fit_keys(self) -> bool:
+        """Whether the inputs' original ids fit the device's packed pair keys (:data:`~..kernels.gpu_ids.ID_LIMIT`)."""
         from ..kernels.gpu_ids import ID_LIMIT
 
         readers = [r for r in (self.job.reader_a, self.job.reader_b) if r is not None]
         return max(r.n for r in readers) <= ID_LIMIT  # original ids are below the input's rows
+
+    def _one_device_call_by_offsets(self) -> bool:
+        """One kernel call (a block, a block pair or a query share) read by row offsets, by a GPU driver that
+        gives its pairs on the device (which sorts them there, in its own row numbers, where they fit)."""
+        offsets = isinstance(self.ia, int) and (self.part.b is None or isinstance(self.ib, int))
+        return offsets and self.kernel.device_pairs and len(list(self._calls())) == 1 and self._ids_fit_keys()
+
+    def _offset_batches(self, max_pairs: int):
+        """The one call's pairs as its driver sorts them on the device (one ``SortedRun``); where they outgrow
+        the device's room, the driver would send them to the host unsorted for the task to sort there: the rows'
+        offsets become id arrays instead, and :meth:`_device_batches` sorts the pairs on the device in passes over
+        id ranges (the call's index built once more; a partition over the room is the exception)."""
+        from ..kernels import gpu_common
+
+        (a, b, cross), = self._calls()
+        driver = self._driver((a, b, cross))
+        if driver.count() > gpu_common.sort_room():
+            del driver
+            self.ia = np.arange(self.ia, self.ia + len(self.pa), dtype=np.int64)
+            if self.part.b is not None:
+                self.ib = np.arange(self.ib, self.ib + len(self.pb), dtype=np.int64)
+            yield from self._device_batches(max_pairs)
+            return
+        for got in driver.batches(max_pairs, self.job.with_distance):
+            yield self._globalize(got, cross, one_stream=True)
 
     def _device_batches(self, max_pairs: int | None):
         """The partition's pairs in original ids, sorted on the device: one ``SortedRun`` stream.  Where they
