@@ -374,3 +374,32 @@ def test_sorted_whole_trusts_a_drivers_sorted_runs_and_sorts_anything_else(data,
     plain = [tuple(b) for b in batches]
     got_plain = pair_order.sorted_whole(plain)
     assert np.array_equal(got_plain[0], i[order]) and np.array_equal(got_plain[1], j[order])
+
+
+@pytest.mark.parametrize("bucket_bits", [0, 1, 3, 10])
+@settings(max_examples=60, deadline=None)
+@given(keys=st.lists(st.tuples(st.integers(-5, 3000), st.integers(-10, 10**6)), unique=True, max_size=600),
+       with_value=st.booleans(), long_run=st.booleans())
+def test_sort_pairs_two_pass_scatter_matches_lexsort(bucket_bits, keys, with_value, long_run):
+    """The packed path's two-pass scatter (buckets of consecutive i, then each bucket's rows), taken at every
+    size here: buckets of one row to buckets of all of them, runs long and short, values bit for bit."""
+    from daskjoin.kernels import pair_sort
+
+    i = np.array([k[0] for k in keys], np.int64)
+    j = np.array([k[1] for k in keys], np.int64)
+    if long_run and len(i) > 3:  # one run longer than the rank sort takes
+        i[: len(i) // 2] = i[0]
+        keep = np.sort(np.unique(np.stack([i, j], 1), axis=0, return_index=True)[1])
+        i, j = i[keep], j[keep]
+    value = np.random.default_rng(len(i)).integers(0, 1 << 32, len(i), dtype=np.uint64).astype(np.uint32)
+    value = value.view(np.float32) if with_value else None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pair_sort, "BUCKET_MIN_PAIRS", 2)
+        mp.setattr(pair_sort, "BUCKET_BITS", bucket_bits)
+        oi, oj, ov = pair_sort.sort_pairs(i, j, value)
+    order = np.lexsort((j, i))
+    assert np.array_equal(oi, i[order]) and np.array_equal(oj, j[order])
+    if with_value:
+        assert np.array_equal(ov.view(np.uint32), value[order].view(np.uint32))
+    else:
+        assert ov is None

@@ -147,6 +147,87 @@ def _sort_runs_packed(oi, packed, vbits, starts, has_value, lo, jlo):
                 packed[k] = (word >> 32) + jlo
 
 
+#: pairs from which the packed path scatters in two passes (:func:`_bucket_scatter`, :func:`_place_buckets`)
+#: instead of one: below, the one pass's random writes stay in cache anyway
+BUCKET_MIN_PAIRS = 1 << 16
+#: the first pass groups rows into at most 2**BUCKET_BITS buckets of consecutive ``i``
+BUCKET_BITS = 10
+
+
+@njit(cache=True, parallel=True)
+def _bucket_scatter(i, j, vbits, lo, jlo, has_value, shift, nbuckets, words, rows, bstart, nchunks):
+    """First pass of the two-pass scatter: each pair's word ``(j - jlo) << 32 | value bits`` into ``words`` and its
+    row ``i - lo`` into ``rows``, grouped by bucket ``(i - lo) >> shift`` (bucket b at ``bstart[b]`` to
+    ``bstart[b + 1]``); chunks of the input in parallel, each with its own cursors (the order within a bucket
+    does not matter: the second pass and the runs' sort order it)."""
+    n = i.shape[0]
+    counts = np.zeros((nchunks, nbuckets), np.int64)
+    for c in prange(nchunks):
+        for k in range(n * c // nchunks, n * (c + 1) // nchunks):
+            counts[c, (i[k] - lo) >> shift] += 1
+    total = 0
+    for b in range(nbuckets):
+        bstart[b] = total
+        for c in range(nchunks):
+            here = counts[c, b]
+            counts[c, b] = total
+            total += here
+    bstart[nbuckets] = total
+    for c in prange(nchunks):
+        for k in range(n * c // nchunks, n * (c + 1) // nchunks):
+            r = i[k] - lo
+            b = r >> shift
+            at = counts[c, b]
+            counts[c, b] = at + 1
+            words[at] = ((j[k] - jlo) << 32) | (np.int64(vbits[k]) if has_value else np.int64(0))
+            rows[at] = np.uint32(r)
+    return 0
+
+
+@njit(cache=True, parallel=True)
+def _place_buckets(words, rows, bstart, shift, span, out, starts):
+    """Second pass, buckets in parallel: a counting sort of each bucket's few rows, in cache, that writes its
+    words to their rows' runs in ``out`` and the runs' ``starts``."""
+    nbuckets = bstart.shape[0] - 1
+    for b in prange(nbuckets):
+        a0, a1 = bstart[b], bstart[b + 1]
+        r0 = np.int64(b) << shift
+        r1 = min(span, r0 + (np.int64(1) << shift))
+        cursor = np.zeros(r1 - r0, np.int64)
+        for k in range(a0, a1):
+            cursor[np.int64(rows[k]) - r0] += 1
+        at = a0
+        for t in range(r1 - r0):
+            starts[r0 + t] = at
+            here = cursor[t]
+            cursor[t] = at
+            at += here
+        for k in range(a0, a1):
+            t = np.int64(rows[k]) - r0
+            out[cursor[t]] = words[k]
+            cursor[t] += 1
+    starts[span] = words.shape[0]
+    return 0
+
+
+def _two_pass_scatter(i, j, vbits, lo, jlo, has_value, span, oi, oj, obits):
+    """The packed path's scatter in two passes, for many pairs: buckets of consecutive ``i`` first (a few
+    hundred write streams), then each bucket's rows in cache; one pass's random write a pair missed the
+    cache (16M pairs of 1M rows on the 2-core VM: 0.33-0.53 s and a 0.1 s histogram of every row, against
+    two streaming passes).  ``oi`` and ``obits`` (or a scratch array where there are no values) hold the
+    first pass's words and rows until the runs' sort writes them.  Returns the runs' ``starts``."""
+    n = i.shape[0]
+    shift = max(0, (span - 1).bit_length() - BUCKET_BITS)
+    nbuckets = ((span - 1) >> shift) + 1
+    rows = obits if has_value else np.empty(n, np.uint32)
+    bstart = np.empty(nbuckets + 1, np.int64)
+    starts = np.empty(span + 1, np.int64)
+    nchunks = max(1, min(numba.get_num_threads(), n // RADIX_CHUNK_MIN))
+    _bucket_scatter(i, j, vbits, lo, jlo, has_value, shift, nbuckets, oi, rows, bstart, nchunks)
+    _place_buckets(oi, rows, bstart, shift, span, oj, starts)
+    return starts
+
+
 RADIX_BITS = 11
 
 
@@ -281,11 +362,14 @@ def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None):
     if v.dtype.itemsize == 4 and jhi - jlo < (1 << 31):
         oi, oj = np.empty(n, np.int64), np.empty(n, np.int64)
         ov = np.empty(n, v.dtype) if has_value else v
-        starts = np.empty(span + 1, np.int64)
         vbits, obits = v.view(np.uint32), ov.view(np.uint32)
         with serialised():
-            cursor = _cursors(i, lo, span, starts, nchunks)
-            _scatter(i, j, vbits, lo, jlo, has_value, True, oj, obits, cursor, nchunks)
+            if n >= BUCKET_MIN_PAIRS and span < (1 << 32):
+                starts = _two_pass_scatter(i, j, vbits, lo, jlo, has_value, span, oi, oj, obits)
+            else:
+                starts = np.empty(span + 1, np.int64)
+                cursor = _cursors(i, lo, span, starts, nchunks)
+                _scatter(i, j, vbits, lo, jlo, has_value, True, oj, obits, cursor, nchunks)
             _sort_runs_packed(oi, oj, obits, starts, has_value, lo, jlo)
         return oi, oj, (ov if has_value else None)
     oi, oj = np.empty(n, np.int64), np.empty(n, np.int64)
