@@ -403,3 +403,23 @@ def test_sort_pairs_two_pass_scatter_matches_lexsort(bucket_bits, keys, with_val
         assert np.array_equal(ov.view(np.uint32), value[order].view(np.uint32))
     else:
         assert ov is None
+
+
+def test_sort_pairs_two_pass_scatter_in_parallel_chunks():
+    """Enough pairs for the first pass's chunks to run in parallel (each its own cursors), over more rows than one
+    bucket holds, with a run far longer than the rank sort takes."""
+    from daskjoin.kernels import pair_sort
+
+    rng = np.random.default_rng(5)
+    n = 4 * pair_sort.RADIX_CHUNK_MIN + 777
+    i = rng.integers(-50, 30_000, n)
+    i[:5000] = 123
+    j = rng.integers(0, 1 << 30, n)
+    keep = np.unique(np.stack([i, j], 1), axis=0, return_index=True)[1]
+    keep = rng.permutation(keep)
+    i, j = i[keep], j[keep]
+    value = rng.random(len(i)).astype(np.float32)
+    assert len(i) >= pair_sort.BUCKET_MIN_PAIRS
+    oi, oj, ov = pair_sort.sort_pairs(i, j, value)
+    order = np.lexsort((j, i))
+    assert np.array_equal(oi, i[order]) and np.array_equal(oj, j[order]) and np.array_equal(ov, value[order])

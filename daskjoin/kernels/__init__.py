@@ -69,6 +69,11 @@ class Kernel:
         """Whether this kernel's driver gives its pairs as device arrays (``pairs(..., device=True)``)."""
         return self.backend == "gpu" and self.method in DEVICE_PAIR_METHODS
 
+    @property
+    def counts_before_pairs(self) -> bool:
+        """Whether this kernel's driver gives its pairs on the device and counts them all first anyway."""
+        return self.device_pairs and self.method in COUNTING_METHODS
+
     def self_join(self, x, eps, with_distance=True, share=None):
         return self._join(x, None, eps, share).pairs(with_distance)
 
@@ -91,6 +96,10 @@ class Kernel:
 #: methods whose GPU drivers give their pairs on the device (``pairs(with_distance, device=True)``); GPU brute
 #: force moves each range's pairs to the host as they come
 DEVICE_PAIR_METHODS = ("grid", "szl", "nlj", "directory")
+
+#: GPU methods whose drivers count every pair before they fill any (``count()`` then costs nothing more); szl
+#: fills into rooms bounded by its intervals and counts only where asked
+COUNTING_METHODS = ("grid", "nlj", "directory")
 
 #: method -> backends whose drivers take ``share=(k, parts)``: the k-th of ``parts`` query shares (the grid's
 #: queries; GPU brute force's tile pairs)

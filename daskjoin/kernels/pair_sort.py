@@ -15,7 +15,9 @@ Where ``j`` spans less than 2^32 and the value is 4 bytes (the ε-join's float32
 absent, each pair moves as one 8-byte word, ``(j - min j) << 32 | value bits``: the scatter makes
 one random write a pair instead of two, and each run is sorted as one array of words (the ``j``
 are distinct within a run, so the words order by ``j``) and unpacked while it is in cache.  The
-word is built in the ``j`` output array itself, so this needs no memory beyond the output.
+word is built in the ``j`` output array itself, so this needs no memory beyond the output (the two-pass
+scatter of many pairs over many rows, :func:`_two_pass_scatter`, takes the ``i`` and value outputs as its
+scratch; without values, 4 bytes a pair besides).
 """
 from __future__ import annotations
 
@@ -364,7 +366,7 @@ def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None):
         ov = np.empty(n, v.dtype) if has_value else v
         vbits, obits = v.view(np.uint32), ov.view(np.uint32)
         with serialised():
-            if n >= BUCKET_MIN_PAIRS and span < (1 << 32):
+            if n >= BUCKET_MIN_PAIRS and (1 << BUCKET_BITS) < span < (1 << 32):  # few rows: one pass stays in cache
                 starts = _two_pass_scatter(i, j, vbits, lo, jlo, has_value, span, oi, oj, obits)
             else:
                 starts = np.empty(span + 1, np.int64)

@@ -205,9 +205,11 @@ class _Sides:
 
     def _one_device_call_by_offsets(self) -> bool:
         """One kernel call (a block, a block pair or a query share) read by row offsets, by a GPU driver that
-        gives its pairs on the device (which sorts them there, in its own row numbers, where they fit)."""
+        gives its pairs on the device (which sorts them there, in its own row numbers, where they fit) and
+        counts them first anyway, so that asking for the count costs nothing."""
         offsets = isinstance(self.ia, int) and (self.part.b is None or isinstance(self.ib, int))
-        return offsets and self.kernel.device_pairs and len(list(self._calls())) == 1 and self._ids_fit_keys()
+        return (offsets and self.kernel.counts_before_pairs and len(list(self._calls())) == 1
+                and self._ids_fit_keys())
 
     def _offset_batches(self, max_pairs: int):
         """The one call's pairs as its driver sorts them on the device (one ``SortedRun``); where they outgrow
