@@ -423,3 +423,41 @@ def test_sort_pairs_two_pass_scatter_in_parallel_chunks():
     oi, oj, ov = pair_sort.sort_pairs(i, j, value)
     order = np.lexsort((j, i))
     assert np.array_equal(oi, i[order]) and np.array_equal(oj, j[order]) and np.array_equal(ov, value[order])
+
+
+@pytest.mark.parametrize("with_value", [True, False])
+def test_sort_pairs_consume_takes_the_inputs_as_outputs_only_where_it_may(with_value):
+    """``consume=True`` (a task's own pairs): the two-pass scatter writes its outputs into the inputs, so only its
+    scratch is fresh; read-only or overlapping inputs are left alone; without ``consume`` nothing is written."""
+    from daskjoin.kernels import pair_sort
+
+    rng = np.random.default_rng(9)
+    n = 3 * pair_sort.RADIX_CHUNK_MIN
+    i = rng.integers(0, 50_000, n)
+    j = rng.integers(0, 1 << 28, n)
+    keep = rng.permutation(np.unique(np.stack([i, j], 1), axis=0, return_index=True)[1])
+    i, j = i[keep], j[keep]
+    value = rng.random(len(i)).astype(np.float32) if with_value else None
+    order = np.lexsort((j, i))
+    want = (i[order], j[order], None if value is None else value[order])
+
+    def check(got):
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        assert (got[2] is None) if value is None else np.array_equal(got[2], want[2])
+
+    copies = [x.copy() for x in (i, j) + ((value,) if with_value else ())]
+    check(pair_sort.sort_pairs(*copies[:2], copies[2] if with_value else None))  # not consumed: untouched
+    assert np.array_equal(copies[0], i) and np.array_equal(copies[1], j)
+    frozen = [x.copy() for x in copies]
+    for x in frozen:
+        x.flags.writeable = False
+    check(pair_sort.sort_pairs(*frozen[:2], frozen[2] if with_value else None, consume=True))
+    assert np.array_equal(frozen[0], i) and np.array_equal(frozen[1], j)
+    got = pair_sort.sort_pairs(*copies[:2], copies[2] if with_value else None, consume=True)
+    check(got)
+    assert got[0] is copies[0] and got[1] is copies[1]  # the inputs became the outputs
+    if with_value:
+        assert got[2] is copies[2]
+    both = np.stack([i, j])  # rows of one array: apart, so they may be taken; a view of itself may not
+    check(pair_sort.sort_pairs(both[0], both[1], None if value is None else value.copy(), consume=True))
+    assert not pair_sort._reusable(both[0], both[0])

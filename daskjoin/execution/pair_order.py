@@ -29,16 +29,18 @@ def is_sorted(i, j) -> bool:
     return is_sorted(i, j)
 
 
-def sort_pairs(i, j, value=None):
+def sort_pairs(i, j, value=None, consume: bool = False):
     from ..kernels.pair_sort import sort_pairs
 
-    return sort_pairs(i, j, value)
+    return sort_pairs(i, j, value, consume)
 
 
 def _sort(i, j, value):
+    """A task's pairs sorted; they are its own (a kernel's fresh batches, or their concatenation), so the sort
+    may take their arrays as its outputs."""
     if is_sorted(i, j):  # e.g. a set block's batch, or a kernel that emits in row order: a check, no sort
         return i, j, value
-    return sort_pairs(i, j, value)
+    return sort_pairs(i, j, value, consume=True)
 
 
 def _concat(batches):
@@ -149,7 +151,7 @@ def sorted_whole(batches):
     in_order = all(_sorted_batch(b) for b in held) and all(
         (int(a[0][-1]), int(a[1][-1])) < (int(b[0][0]), int(b[1][0])) for a, b in zip(held, held[1:]))
     whole = _concat(held)
-    return whole if in_order else sort_pairs(*whole)
+    return whole if in_order else sort_pairs(*whole, consume=True)
 
 
 def _streamed(first, batches, rows: int):

@@ -212,21 +212,20 @@ def _place_buckets(words, rows, bstart, shift, span, out, starts):
     return 0
 
 
-def _two_pass_scatter(i, j, vbits, lo, jlo, has_value, span, oi, oj, obits):
+def _two_pass_scatter(i, j, vbits, lo, jlo, has_value, span, words, rows, out):
     """The packed path's scatter in two passes, for many pairs: buckets of consecutive ``i`` first (a few
     hundred write streams), then each bucket's rows in cache; one pass's random write a pair missed the
     cache (16M pairs of 1M rows on the 2-core VM: 0.33-0.53 s and a 0.1 s histogram of every row, against
-    two streaming passes).  ``oi`` and ``obits`` (or a scratch array where there are no values) hold the
-    first pass's words and rows until the runs' sort writes them.  Returns the runs' ``starts``."""
+    two streaming passes).  ``words`` (int64) and ``rows`` (uint32) hold the first pass's words and rows for
+    the second, which writes the words to their runs in ``out``.  Returns the runs' ``starts``."""
     n = i.shape[0]
     shift = max(0, (span - 1).bit_length() - BUCKET_BITS)
     nbuckets = ((span - 1) >> shift) + 1
-    rows = obits if has_value else np.empty(n, np.uint32)
     bstart = np.empty(nbuckets + 1, np.int64)
     starts = np.empty(span + 1, np.int64)
     nchunks = max(1, min(numba.get_num_threads(), n // RADIX_CHUNK_MIN))
-    _bucket_scatter(i, j, vbits, lo, jlo, has_value, shift, nbuckets, oi, rows, bstart, nchunks)
-    _place_buckets(oi, rows, bstart, shift, span, oj, starts)
+    _bucket_scatter(i, j, vbits, lo, jlo, has_value, shift, nbuckets, words, rows, bstart, nchunks)
+    _place_buckets(words, rows, bstart, shift, span, out, starts)
     return starts
 
 
@@ -329,10 +328,13 @@ def _sort_wide(i: np.ndarray, j: np.ndarray, value, lo: int, span: int, jlo: int
     return oi, oj, ov
 
 
-def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None):
+def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None, consume: bool = False):
     """``(i, j, value)`` sorted by ``(i, j)`` (new arrays; pairs are distinct, so the order is total).
 
     A record ``value`` (the kNN-join's dist and rank) of 4 or 8 bytes is moved as one unsigned integer.
+    ``consume``: the caller is done with the inputs, which may then be overwritten and returned as the
+    outputs (where many pairs take the two-pass scatter: its scratch is then the only fresh memory,
+    12 bytes a pair instead of 20; first touches of fresh pages cost ~1 s per GiB on the 2-core VM).
     """
     record = None if value is None or value.dtype.names is None else value.dtype
     if record is not None:
@@ -362,12 +364,19 @@ def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None):
     # one chunk per thread, fewer where the per-chunk histograms would outweigh the pairs
     nchunks = max(1, min(numba.get_num_threads(), n // max(1, 2 * span)))
     if v.dtype.itemsize == 4 and jhi - jlo < (1 << 31):
-        oi, oj = np.empty(n, np.int64), np.empty(n, np.int64)
-        ov = np.empty(n, v.dtype) if has_value else v
+        two_pass = n >= BUCKET_MIN_PAIRS and (1 << BUCKET_BITS) < span < (1 << 32)  # few rows: one pass stays in cache
+        if two_pass and consume and _reusable(i, j, v if has_value else None):
+            oi, oj, ov = i, j, v  # read by the first pass only: then the second pass's and the runs' outputs
+            words, rows = np.empty(n, np.int64), np.empty(n, np.uint32)
+        else:
+            oi, oj = np.empty(n, np.int64), np.empty(n, np.int64)
+            ov = np.empty(n, v.dtype) if has_value else v
+            # the i and value outputs are the first pass's scratch until the runs' sort writes them
+            words, rows = oi, (ov.view(np.uint32) if has_value else np.empty(n if two_pass else 0, np.uint32))
         vbits, obits = v.view(np.uint32), ov.view(np.uint32)
         with serialised():
-            if n >= BUCKET_MIN_PAIRS and (1 << BUCKET_BITS) < span < (1 << 32):  # few rows: one pass stays in cache
-                starts = _two_pass_scatter(i, j, vbits, lo, jlo, has_value, span, oi, oj, obits)
+            if two_pass:
+                starts = _two_pass_scatter(i, j, vbits, lo, jlo, has_value, span, words, rows, oj)
             else:
                 starts = np.empty(span + 1, np.int64)
                 cursor = _cursors(i, lo, span, starts, nchunks)
@@ -382,6 +391,13 @@ def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None):
         _scatter(i, j, v, lo, 0, has_value, False, oj, ov, cursor, nchunks)
         _sort_runs(oi, oj, ov, starts, has_value, lo)
     return oi, oj, (ov if has_value else None)
+
+
+def _reusable(*arrays) -> bool:
+    """Whether arrays given for consumption may be written as outputs: writable, and apart from one another."""
+    held = [a for a in arrays if a is not None]
+    return all(a.flags.writeable and a.flags.c_contiguous for a in held) and not any(
+        np.may_share_memory(a, b) for k, a in enumerate(held) for b in held[k + 1:])
 
 
 @njit(cache=True, parallel=True)
