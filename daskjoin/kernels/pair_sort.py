@@ -44,15 +44,23 @@ def _cursors(i, lo, span, starts, nchunks):
     for c in prange(nchunks):
         for k in range(c * step, min(n, (c + 1) * step)):
             counts[c, i[k] - lo] += 1
+    _scan_cursors(counts, starts)
+    return counts
+
+
+@njit(cache=True, nogil=True)
+def _scan_cursors(counts, starts):
+    """Per-chunk counts (chunks x values) become each chunk's first slot for each value, scanned in (value,
+    chunk) order so that chunks scattered in parallel keep their order; ``starts[v]``: value v's first slot,
+    ``starts[-1]``: the total."""
     total = 0
-    for s in range(span):
+    for s in range(counts.shape[1]):
         starts[s] = total
-        for c in range(nchunks):
+        for c in range(counts.shape[0]):
             here = counts[c, s]
             counts[c, s] = total
             total += here
-    starts[span] = total
-    return counts
+    starts[counts.shape[1]] = total
 
 
 @njit(cache=True, parallel=True)
@@ -167,14 +175,7 @@ def _bucket_scatter(i, j, vbits, lo, jlo, has_value, shift, nbuckets, words, row
     for c in prange(nchunks):
         for k in range(n * c // nchunks, n * (c + 1) // nchunks):
             counts[c, (i[k] - lo) >> shift] += 1
-    total = 0
-    for b in range(nbuckets):
-        bstart[b] = total
-        for c in range(nchunks):
-            here = counts[c, b]
-            counts[c, b] = total
-            total += here
-    bstart[nbuckets] = total
+    _scan_cursors(counts, bstart)
     for c in prange(nchunks):
         for k in range(n * c // nchunks, n * (c + 1) // nchunks):
             r = i[k] - lo
