@@ -355,7 +355,8 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     nblocks = -(-max(n_a, n_b, 1) // rows)
     if cut and not fits:  # the pruning the budget's blocks would have: the kept share of the uncut plan
         _, kept = plan_block_pairs(stats_a, stats_b, eps, budget_rows, est.upper)
-    chosen, reason = cost.choose_partitioning(partitioning, fits_one_task=fits or (cut and shares_fit), kept_fraction=kept,
+    chosen, reason = cost.choose_partitioning(partitioning, fits_one_task=fits or (cut and shares_fit),
+                                              kept_fraction=kept,
                                               nblocks=-(-max(n_a, 1) // budget_rows),
                                               slab_reads=_slab_reads(stats_a, stats_b, eps, n_a, n_b, held,
                                                                      memory_budget, slab_cost))
