@@ -331,3 +331,30 @@ def test_a_lost_task_is_sent_again_inside_the_window(client):
     assert wait_all(client, submit, items, window=2) == [x ** 3 for x in items]
     assert cancelled and cancelled[0].status == "cancelled"
     assert len(futures) == len(items) + 1 and most[0] <= 2
+
+
+def test_only_point_cut_shares_are_weighed_against_the_budget(tmp_path, monkeypatch):
+    """Planning alone (no GPU needed): where the whole join does not fit one task, four workers get four query
+    shares of the GPU grid (cut by query point), but blocks where the shares would be the CPU grid's (cut by
+    whole cells) or the shares themselves would not fit."""
+    import types
+
+    from daskjoin.io.zarr_in import open_points
+    from daskjoin.planning import planner
+
+    monkeypatch.setattr(cost, "SPLIT_MIN_ROWS", 1)
+    x = np.random.default_rng(3).random((200_000, 2))
+    src = open_points(write_zarr(str(tmp_path / "x.zarr"), x, chunk_rows=1 << 15), "A")
+    runner = types.SimpleNamespace(map=lambda f, items: [f(i) for i in items])
+
+    def plan(tag, parallelism=4, budget=48 << 20):
+        return planner.make_plan(src, None, 0.004, method="grid", partitioning="chunk_pairs",
+                                 backend="cpu" if tag == "cpu" else "gpu", memory_budget=budget, runner=runner,
+                                 gpu=tag != "cpu", parallelism=parallelism, share_backend=tag, device_memory=80 << 30)
+
+    assert plan(None, parallelism=1).ntasks > 1  # the whole join does not fit one task
+    gpu = plan("gpu")
+    assert [p.share for p in gpu.partitions] == [(k, 4, "gpu") for k in range(4)]
+    assert "holds the pairs of its share only" in gpu.explain()
+    assert all(p.share is None for p in plan("cpu").partitions)
+    assert all(p.share is None for p in plan("gpu", budget=24 << 20).partitions)  # a share would not fit either
