@@ -16,7 +16,7 @@ absent, each pair moves as one 8-byte word, ``(j - min j) << 32 | value bits``: 
 one random write a pair instead of two, and each run is sorted as one array of words (the ``j``
 are distinct within a run, so the words order by ``j``) and unpacked while it is in cache.  The
 word is built in the ``j`` output array itself, so this needs no memory beyond the output (the two-pass
-scatter of many pairs over many rows, :func:`_two_pass_scatter`, takes the ``i`` and value outputs as its
+sort of many pairs over many rows, :func:`_two_pass_sort`, takes the ``i`` and value outputs as its
 scratch; without values, 4 bytes a pair besides).
 """
 from __future__ import annotations
@@ -123,41 +123,45 @@ RUNS_PER_STEP = 256
 
 @njit(cache=True, parallel=True)
 def _sort_runs_packed(oi, packed, vbits, starts, has_value, lo, jlo):
-    """Each run's words sorted, then unpacked in place: ``packed`` becomes the ``j`` column, the value bits go
-    to ``vbits``; ``i`` written per run.
+    """Each run's words sorted, then unpacked in place (:func:`_sort_run`); runs in parallel steps."""
+    span = starts.shape[0] - 1
+    for step in prange((span + RUNS_PER_STEP - 1) // RUNS_PER_STEP):
+        held = np.empty(RANK_MAX, np.int64)
+        for s in range(step * RUNS_PER_STEP, min(span, (step + 1) * RUNS_PER_STEP)):
+            _sort_run(oi, packed, vbits, starts[s], starts[s + 1], lo + s, has_value, jlo, held)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _sort_run(oi, packed, vbits, a, b, row, has_value, jlo, held):
+    """Run ``[a, b)`` (one ``i``, ``row``) of words sorted, then unpacked in place: ``packed`` becomes the ``j``
+    column, the value bits go to ``vbits``, ``oi`` gets ``row``; ``held``: RANK_MAX words of scratch.
 
     A short run is sorted by rank: each word's place is the number of words below it (equal words,
     which distinct pairs never give, by their position), m^2 comparisons without a branch, which
     the compiler vectorises: on the 2-core VM 2x faster than an insertion sort of the same runs
     (16M pairs, ~16 a run: 0.14 s against 0.30 s), whose every step is an unpredictable branch.
     """
-    span = starts.shape[0] - 1
-    for step in prange((span + RUNS_PER_STEP - 1) // RUNS_PER_STEP):
-        held = np.empty(RANK_MAX, np.int64)
-        for s in range(step * RUNS_PER_STEP, min(span, (step + 1) * RUNS_PER_STEP)):
-            a, b = starts[s], starts[s + 1]
-            m = b - a
-            if m > RANK_MAX:
-                packed[a:b].sort()
-            elif m > 1:
-                for t in range(m):
-                    held[t] = packed[a + t]
-                for t in range(m):
-                    word = held[t]
-                    below = 0
-                    for u in range(m):
-                        below += np.int64(held[u] < word) + np.int64((held[u] == word) & (u < t))
-                    packed[a + below] = word
-            row = lo + s
-            for k in range(a, b):
-                word = packed[k]
-                oi[k] = row
-                if has_value:
-                    vbits[k] = np.uint32(word & 0xFFFFFFFF)
-                packed[k] = (word >> 32) + jlo
+    m = b - a
+    if m > RANK_MAX:
+        packed[a:b].sort()
+    elif m > 1:
+        for t in range(m):
+            held[t] = packed[a + t]
+        for t in range(m):
+            word = held[t]
+            below = 0
+            for u in range(m):
+                below += np.int64(held[u] < word) + np.int64((held[u] == word) & (u < t))
+            packed[a + below] = word
+    for k in range(a, b):
+        word = packed[k]
+        oi[k] = row
+        if has_value:
+            vbits[k] = np.uint32(word & 0xFFFFFFFF)
+        packed[k] = (word >> 32) + jlo
 
 
-#: pairs from which the packed path scatters in two passes (:func:`_bucket_scatter`, :func:`_place_buckets`)
+#: pairs from which the packed path sorts in two passes (:func:`_bucket_scatter`, :func:`_place_buckets`)
 #: instead of one: below, the one pass's random writes stay in cache anyway
 BUCKET_MIN_PAIRS = 1 << 16
 #: the first pass groups rows into at most 2**BUCKET_BITS buckets of consecutive ``i``
@@ -188,46 +192,47 @@ def _bucket_scatter(i, j, vbits, lo, jlo, has_value, shift, nbuckets, words, row
 
 
 @njit(cache=True, parallel=True)
-def _place_buckets(words, rows, bstart, shift, span, out, starts):
-    """Second pass, buckets in parallel: a counting sort of each bucket's few rows, in cache, that writes its
-    words to their rows' runs in ``out`` and the runs' ``starts``."""
+def _place_buckets(words, rows, bstart, shift, span, out, oi, vbits, has_value, lo, jlo):
+    """Second pass, buckets in parallel, each in cache: a counting sort of the bucket's few rows writes its words
+    to their rows' runs in ``out``, and each run is then sorted and unpacked there (:func:`_sort_run`) into
+    ``out`` (``j``), ``oi`` and ``vbits``.  A bucket's scratch (``words``, ``rows``) and its output share one
+    range of positions, ``bstart[b]`` to ``bstart[b + 1]``, and nothing else reads it: the scratch may be the
+    outputs themselves, overwritten once the bucket has read it."""
     nbuckets = bstart.shape[0] - 1
     for b in prange(nbuckets):
         a0, a1 = bstart[b], bstart[b + 1]
         r0 = np.int64(b) << shift
         r1 = min(span, r0 + (np.int64(1) << shift))
-        cursor = np.zeros(r1 - r0, np.int64)
+        cursor = np.zeros(r1 - r0 + 1, np.int64)
         for k in range(a0, a1):
-            cursor[np.int64(rows[k]) - r0] += 1
-        at = a0
+            cursor[np.int64(rows[k]) - r0 + 1] += 1
+        cursor[0] = a0
         for t in range(r1 - r0):
-            starts[r0 + t] = at
-            here = cursor[t]
-            cursor[t] = at
-            at += here
+            cursor[t + 1] += cursor[t]  # cursor[t]: where row r0 + t's run starts
+        fill = cursor[:-1].copy()
         for k in range(a0, a1):
             t = np.int64(rows[k]) - r0
-            out[cursor[t]] = words[k]
-            cursor[t] += 1
-    starts[span] = words.shape[0]
+            out[fill[t]] = words[k]
+            fill[t] += 1
+        held = np.empty(RANK_MAX, np.int64)
+        for t in range(r1 - r0):
+            _sort_run(oi, out, vbits, cursor[t], cursor[t + 1], lo + r0 + t, has_value, jlo, held)
     return 0
 
 
-def _two_pass_scatter(i, j, vbits, lo, jlo, has_value, span, words, rows, out):
-    """The packed path's scatter in two passes, for many pairs: buckets of consecutive ``i`` first (a few
-    hundred write streams), then each bucket's rows in cache; one pass's random write a pair missed the
-    cache (16M pairs of 1M rows on the 2-core VM: 0.33-0.53 s and a 0.1 s histogram of every row, against
-    two streaming passes).  ``words`` (int64) and ``rows`` (uint32) hold the first pass's words and rows for
-    the second, which writes the words to their runs in ``out``.  Returns the runs' ``starts``."""
+def _two_pass_sort(i, j, vbits, lo, jlo, has_value, span, words, rows, oi, oj, obits):
+    """The packed path in two passes, for many pairs: buckets of consecutive ``i`` first (a few hundred write
+    streams), then each bucket's rows placed and their runs sorted while the bucket is in cache; one pass's
+    random write a pair missed the cache (16M pairs of 1M rows on the 2-core VM: 0.33-0.53 s and a 0.1 s
+    histogram of every row, against two streaming passes).  ``words`` (int64) and ``rows`` (uint32) hold the
+    first pass's words and rows for the second, which writes ``oi``, ``oj`` and ``obits``."""
     n = i.shape[0]
     shift = max(0, (span - 1).bit_length() - BUCKET_BITS)
     nbuckets = ((span - 1) >> shift) + 1
     bstart = np.empty(nbuckets + 1, np.int64)
-    starts = np.empty(span + 1, np.int64)
     nchunks = max(1, min(numba.get_num_threads(), n // RADIX_CHUNK_MIN))
     _bucket_scatter(i, j, vbits, lo, jlo, has_value, shift, nbuckets, words, rows, bstart, nchunks)
-    _place_buckets(words, rows, bstart, shift, span, out, starts)
-    return starts
+    _place_buckets(words, rows, bstart, shift, span, oj, oi, obits, has_value, lo, jlo)
 
 
 RADIX_BITS = 11
@@ -377,12 +382,12 @@ def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None, consume: 
         vbits, obits = v.view(np.uint32), ov.view(np.uint32)
         with serialised():
             if two_pass:
-                starts = _two_pass_scatter(i, j, vbits, lo, jlo, has_value, span, words, rows, oj)
+                _two_pass_sort(i, j, vbits, lo, jlo, has_value, span, words, rows, oi, oj, obits)
             else:
                 starts = np.empty(span + 1, np.int64)
                 cursor = _cursors(i, lo, span, starts, nchunks)
                 _scatter(i, j, vbits, lo, jlo, has_value, True, oj, obits, cursor, nchunks)
-            _sort_runs_packed(oi, oj, obits, starts, has_value, lo, jlo)
+                _sort_runs_packed(oi, oj, obits, starts, has_value, lo, jlo)
         return oi, oj, (ov if has_value else None)
     oi, oj = np.empty(n, np.int64), np.empty(n, np.int64)
     ov = np.empty(n, v.dtype) if has_value else v
