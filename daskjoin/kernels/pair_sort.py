@@ -170,7 +170,7 @@ BUCKET_BITS = 10
 
 @njit(cache=True, parallel=True)
 def _bucket_scatter(i, j, vbits, lo, jlo, has_value, shift, nbuckets, words, rows, bstart, nchunks):
-    """First pass of the two-pass scatter: each pair's word ``(j - jlo) << 32 | value bits`` into ``words`` and its
+    """First pass of the two-pass sort: each pair's word ``(j - jlo) << 32 | value bits`` into ``words`` and its
     row ``i - lo`` into ``rows``, grouped by bucket ``(i - lo) >> shift`` (bucket b at ``bstart[b]`` to
     ``bstart[b + 1]``); chunks of the input in parallel, each with its own cursors (the order within a bucket
     does not matter: the second pass and the runs' sort order it)."""
