@@ -29,6 +29,10 @@ DEFAULTS = {
         # GPU drivers move sorted pairs to the host in pinned memory (fast copies, buffers reused by later
         # tasks of the process; pinning costs ~0.5 s per GiB once) or, with False, in pageable memory
         "pinned-output": True,
+        # page-locked host blocks a process keeps and reuses for pair batches leaving its GPU (one row group
+        # each; kernels/host_pool.py): the copies land in them at PCIe speed, with no pinning or first touch
+        # per batch; "auto": a sixteenth of the host's memory, at most 4 GiB; 0: none (pinned-output decides)
+        "host-pool-bytes": "auto",
         # whether the client fetches a lazy frame's computed partitions from the workers directly instead of
         # through the scheduler (Client(direct_to_workers=...)); "auto": where every worker is on this host's
         # loopback (a LocalCluster): 1M x 2-d pairs came 10x faster so on the 2-core VM; the client's own

@@ -11,3 +11,12 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except AttributeError:  # macOS, Windows
         return os.cpu_count() or 1
+
+
+def writer_threads() -> int:
+    """Threads that encode and write Parquet pieces in one process (``daskjoin.writer-threads``; auto: the cores
+    it may run on): also the bound on pieces in flight, which sizes the GPU tasks' pool of host blocks."""
+    from . import config
+
+    wanted = config.get("writer-threads")
+    return max(1, usable_cores() if wanted in (None, "auto") else int(wanted))

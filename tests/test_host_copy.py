@@ -136,8 +136,8 @@ def test_pageable_pair_batches_through_small_stages_equal_pinned_ones(small_stag
     monkeypatch.setattr(host_copy, "to_pageable", lambda *a: calls.append(len(a)) or original(*a))
     x = np.random.default_rng(4).random((4000, 2))
     frames = []
-    for pinned in (True, False):
-        with dask.config.set({"daskjoin.pinned-output": pinned}):
+    for pinned in (True, False):  # no pool of host blocks (host_pool): pinned-output decides
+        with dask.config.set({"daskjoin.pinned-output": pinned, "daskjoin.host-pool-bytes": 0}):
             frames.append(dj.similarity_join(x, eps=0.03, backend="gpu", with_distance=True).compute()
                           .reset_index(drop=True))
     assert len(frames[0]) > 10_000

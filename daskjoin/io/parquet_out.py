@@ -36,7 +36,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import numpy as np
 
-from .. import config
+from ..cores import writer_threads
 from ..validation import InputError
 from . import commit
 
@@ -110,15 +110,6 @@ def write_piece(path: str, piece, value: tuple | None = DISTANCE) -> int:
 
 _POOL: dict = {}
 _POOL_LOCK = threading.Lock()
-
-
-def writer_threads() -> int:
-    """Threads that encode and write pieces in one process (``daskjoin.writer-threads``; auto: the cores it may
-    run on, :func:`~daskjoin.cores.usable_cores`)."""
-    from ..cores import usable_cores
-
-    wanted = config.get("writer-threads")
-    return max(1, usable_cores() if wanted in (None, "auto") else int(wanted))
 
 
 def _pool() -> tuple[ThreadPoolExecutor, threading.BoundedSemaphore]:

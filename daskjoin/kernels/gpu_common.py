@@ -137,14 +137,19 @@ def sort_room() -> int:
 
 def host_batches(i, j, d, max_pairs: int):
     """Device pairs to the host in batches of at most ``max_pairs`` pairs and one row group each
-    (:func:`~.registry.transfer_pairs`), into pinned memory where ``daskjoin.pinned-output`` says so."""
+    (:func:`~.registry.transfer_pairs`): into the process's reused page-locked blocks (:mod:`.host_pool`), else
+    into pinned memory where ``daskjoin.pinned-output`` says so."""
     from .. import config
     from .registry import transfer_pairs
+
+    from .host_pool import pooled_to_host
 
     step = max(1, min(int(max_pairs), transfer_pairs()))
     pinned = bool(config.get("pinned-output"))
     for at in range(0, int(i.shape[0]), step):
-        yield to_host(i[at:at + step], j[at:at + step], None if d is None else d[at:at + step], pinned=pinned)
+        batch = (i[at:at + step], j[at:at + step], None if d is None else d[at:at + step])
+        # a reused page-locked block where the pool has one free (host_pool: no pinning, no first touches)
+        yield pooled_to_host(*batch) or to_host(*batch, pinned=pinned)
 
 
 def sorted_to_host(i, j, d, max_pairs: int):

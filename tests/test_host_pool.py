@@ -1,0 +1,165 @@
+"""The pool of reused page-locked host blocks for pair batches leaving the device (kernels/host_pool.py).
+
+On any machine: a batch's arrays share one block, which returns to the pool only when the last view of them
+is garbage; the pool never makes more than its bound, refuses what does not fit a block, and turns itself
+off when registration fails.  On a GPU: the batches hold the device's bytes, blocks are reused across
+batches, and a join's Parquet files and frames are the same with the pool and without it."""
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import daskjoin as dj
+from daskjoin.kernels import host_pool
+from daskjoin.kernels.gpu_common import gpu_available
+from daskjoin.kernels.host_pool import HostPool
+
+needs_gpu = pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")
+
+SPECS = [((100,), np.int64), ((100,), np.int64), ((100,), np.float32)]
+
+
+def test_a_batch_shares_one_block_and_returns_it_when_its_last_view_goes():
+    pool = HostPool(4096, max_blocks=2)
+    i, j, d = pool.arrays(SPECS)
+    assert (i.dtype, j.dtype, d.dtype) == (np.int64, np.int64, np.float32)
+    assert i.shape == j.shape == d.shape == (100,)
+    assert all(a.flags.writeable and a.flags.c_contiguous for a in (i, j, d))
+    assert all(a.ctypes.data % host_pool.ALIGN == 0 for a in (i, j, d))
+    i[:], j[:], d[:] = np.arange(100), -np.arange(100), 0.5  # no array overlaps another
+    np.testing.assert_array_equal(i, np.arange(100))
+    np.testing.assert_array_equal(j, -np.arange(100))
+    assert pool.made == 1 and pool.free == 0
+    tail = i[50:]  # a view (a piece of a row group) keeps the block
+    del i, j, d
+    gc.collect()
+    assert pool.free == 0
+    np.testing.assert_array_equal(tail, np.arange(50, 100))
+    del tail
+    gc.collect()
+    assert pool.free == 1
+    again = pool.arrays(SPECS)
+    assert pool.made == 1 and pool.free == 0  # the same block, lent again
+    del again
+
+
+def test_the_pool_stops_at_its_bound_and_refuses_what_does_not_fit():
+    pool = HostPool(4096, max_blocks=2)
+    held = [pool.arrays(SPECS), pool.arrays(SPECS)]
+    assert pool.made == 2
+    assert pool.arrays(SPECS) is None  # full: the caller falls back
+    assert pool.arrays([((1000,), np.int64)]) is None  # 8,000 bytes: more than a block
+    held.pop()
+    gc.collect()
+    assert pool.arrays(SPECS) is not None
+
+
+def test_empty_and_zero_length_arrays():
+    pool = HostPool(256, max_blocks=1)
+    got = pool.arrays([((0,), np.int64), ((0,), np.float32)])
+    assert [a.shape for a in got] == [(0,), (0,)]
+
+
+def test_a_failed_registration_turns_the_pool_off():
+    def refuse(ptr, nbytes):
+        raise RuntimeError("page-locked memory capped")
+
+    pool = HostPool(4096, max_blocks=4, register=refuse)
+    assert pool.arrays(SPECS) is None
+    assert not pool.enabled and pool.made == 0
+
+
+def test_registration_sees_every_new_block_once():
+    seen = []
+    pool = HostPool(4096, max_blocks=3, register=lambda ptr, nbytes: seen.append((ptr, nbytes)))
+    for _ in range(5):  # taken and given back: one block
+        got = pool.arrays(SPECS)
+        del got
+        gc.collect()
+    assert len(seen) == 1 and seen[0][1] == 4096
+
+
+def test_threads_at_once_stay_within_the_bound_and_get_distinct_blocks():
+    pool = HostPool(4096, max_blocks=3)
+    barrier = threading.Barrier(8)
+    got, lock = [], threading.Lock()
+
+    def take():
+        barrier.wait()
+        arrays = pool.arrays(SPECS)
+        with lock:
+            got.append(arrays)
+
+    threads = [threading.Thread(target=take) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lent = [a for a in got if a is not None]
+    assert len(lent) == 3 and pool.made == 3
+    assert len({a[0].ctypes.data for a in lent}) == 3
+
+
+def test_the_process_pool_follows_the_settings():
+    import dask
+
+    with dask.config.set({"daskjoin.host-pool-bytes": 0}):
+        assert host_pool.batch_pool() is None
+    with dask.config.set({"daskjoin.host-pool-bytes": "1GiB", "daskjoin.row-group-bytes": "1MiB",
+                          "daskjoin.writer-threads": 3}):
+        pool = host_pool.batch_pool()
+        assert pool is not None
+        assert pool.max_blocks == 3 + host_pool.SPARE_BLOCKS  # the pieces in flight, not the bytes, bind here
+        assert pool.block_bytes >= host_pool.BLOCK_BYTES_PER_PAIR * ((1 << 20) // 20)
+        assert host_pool.batch_pool() is pool
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("n", [0, 1, 1000, 33_333])
+def test_pooled_batches_hold_the_device_bytes(n):
+    import cupy as cp
+    import dask
+
+    from daskjoin.kernels.gpu_common import host_batches
+
+    rng = np.random.default_rng(n)
+    i, j = np.sort(rng.integers(0, 1 << 40, n)), rng.integers(0, 1 << 40, n)
+    d = rng.random(n).astype(np.float32)
+    dev = [cp.asarray(a) * 1 for a in (i, j, d)]  # work queued before the copies: they must follow it
+    with dask.config.set({"daskjoin.row-group-bytes": 20 * 1000, "daskjoin.host-pool-bytes": "64MiB"}):
+        pool = host_pool.batch_pool()
+        made = pool.made
+        batches = []
+        for batch in host_batches(*dev, max_pairs=10**9):
+            batches.append(tuple(np.array(a) for a in batch))  # copied out, so the block goes back
+            del batch
+        assert pool.made - made <= 2  # reused, not one block a batch
+    for k, want in enumerate((i, j, d)):
+        got = np.concatenate([b[k] for b in batches]) if batches else np.zeros(0, want.dtype)
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_join_writes_the_same_files_with_the_pool_and_without(tmp_path):
+    import dask
+
+    x = np.random.default_rng(8).random((20_000, 3))
+    outs = []
+    for pool_bytes in ("auto", 0):
+        out = tmp_path / f"pairs-{pool_bytes}.parquet"
+        with dask.config.set({"daskjoin.host-pool-bytes": pool_bytes, "daskjoin.row-group-bytes": 20 * 20_000}):
+            dj.similarity_join(x, eps=0.05, backend="gpu", out=str(out))
+        outs.append(out)
+    names = sorted(p.name for p in outs[0].iterdir() if p.name.startswith("part-"))
+    assert len(names) > 2 and names == sorted(p.name for p in outs[1].iterdir() if p.name.startswith("part-"))
+    for name in names:
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes()
+    with dask.config.set({"daskjoin.host-pool-bytes": "auto", "daskjoin.row-group-bytes": 20 * 20_000}):
+        frame = dj.similarity_join(x, eps=0.05, backend="gpu").compute().reset_index(drop=True)
+    pd.testing.assert_frame_equal(frame, pd.read_parquet(outs[1]).reset_index(drop=True), check_dtype=True)
