@@ -104,6 +104,124 @@ def test_threads_at_once_stay_within_the_bound_and_get_distinct_blocks():
     assert len({a[0].ctypes.data for a in lent}) == 3
 
 
+def test_a_retired_pool_unlocks_its_blocks_before_they_may_be_freed():
+    seen = {"locked": set(), "unlocked": []}
+    pool = HostPool(4096, max_blocks=3, register=lambda ptr, nbytes: seen["locked"].add(ptr),
+                    unregister=seen["unlocked"].append)
+    lent = pool.arrays(SPECS)
+    spare = pool.arrays(SPECS)
+    del spare
+    gc.collect()
+    assert pool.free == 1 and pool.made == 2
+    pool.retire()
+    assert len(seen["unlocked"]) == 1 and pool.made == 1  # the free block at once
+    assert pool.arrays(SPECS) is None  # retired: lends nothing
+    lent[0][:] = 7  # the lent block is still good memory
+    ptr = lent[0].ctypes.data
+    del lent
+    gc.collect()
+    assert seen["unlocked"][-1] == ptr and pool.made == 0 and pool.free == 0
+    assert set(seen["unlocked"]) == seen["locked"]
+
+
+def test_a_block_coming_back_in_a_thread_that_holds_the_lock_does_not_deadlock():
+    """The garbage collector may run a lease's finalizer inside the pool's own locked region."""
+    pool = HostPool(4096, max_blocks=1)
+    arrays = pool.arrays(SPECS)
+    done = threading.Event()
+
+    def drop():
+        nonlocal arrays
+        with pool._lock:
+            arrays = None  # the finalizer runs here, in this thread, under the lock
+            gc.collect()
+        done.set()
+
+    t = threading.Thread(target=drop, daemon=True)
+    t.start()
+    assert done.wait(10), "deadlocked"
+    assert pool.free == 1
+
+
+def test_a_zero_copy_arrow_array_keeps_its_block():
+    pa = pytest.importorskip("pyarrow")
+    pool = HostPool(4096, max_blocks=1)
+    i, j, d = pool.arrays(SPECS)
+    i[:] = np.arange(100)
+    column = pa.array(i[10:20])
+    del i, j, d
+    gc.collect()
+    assert pool.free == 0
+    assert column.to_pylist() == list(range(10, 20))
+    del column
+    gc.collect()
+    assert pool.free == 1
+
+
+class _FakeDeviceArray:
+    """What ``pooled_to_host`` asks of a CuPy array, over a numpy array; ``fail``: its copy raises."""
+
+    def __init__(self, data, contiguous=True, fail=False):
+        self.data, self.fail = data, fail
+        self.size, self.shape, self.dtype = data.size, data.shape, data.dtype
+        self.flags = type("Flags", (), {"c_contiguous": contiguous})()
+
+    def get(self, out, blocking=True):
+        if self.fail:
+            raise RuntimeError("copy failed")
+        out[...] = self.data
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    """A CuPy stand-in that counts stream synchronisations, and a small process pool."""
+    import dask
+
+    from daskjoin.kernels import gpu_common
+
+    synced = []
+    stream = type("Stream", (), {"synchronize": lambda self: synced.append(1)})()
+    runtime = type("Runtime", (), {})()
+    fake = type("CuPy", (), {})()
+    fake.cuda = type("Cuda", (), {"get_current_stream": staticmethod(lambda: stream), "runtime": runtime})()
+    monkeypatch.setattr(gpu_common, "cupy", lambda: fake)
+    monkeypatch.setattr(host_pool, "_cuda_register", lambda ptr, nbytes: None)
+    monkeypatch.setattr(host_pool, "_cuda_unregister", lambda ptr: None)
+    monkeypatch.setattr(host_pool, "_POOL", {})
+    with dask.config.set({"daskjoin.host-pool-bytes": "64MiB", "daskjoin.row-group-bytes": 20 * 1000}):
+        yield synced
+
+
+def test_pooled_to_host_copies_into_a_block_and_passes_none_through(fake_cupy):
+    i, d = np.arange(50, dtype=np.int64), np.linspace(0, 1, 50).astype(np.float32)
+    got = host_pool.pooled_to_host(_FakeDeviceArray(i), None, _FakeDeviceArray(d))
+    assert got[1] is None
+    np.testing.assert_array_equal(got[0], i)
+    np.testing.assert_array_equal(got[2], d)
+    assert fake_cupy == [1]
+    assert host_pool.batch_pool().made == 1
+
+
+def test_pooled_to_host_leaves_to_the_fallback_what_it_cannot_take(fake_cupy):
+    empty = _FakeDeviceArray(np.zeros(0, np.int64))
+    assert host_pool.pooled_to_host(empty, empty) is None  # nothing to copy: no block taken
+    strided = _FakeDeviceArray(np.arange(10), contiguous=False)
+    assert host_pool.pooled_to_host(strided) is None
+    too_big = _FakeDeviceArray(np.zeros(10**6, np.int64))  # more than one block of 1,000 pairs
+    assert host_pool.pooled_to_host(too_big) is None
+    assert host_pool.batch_pool().made == 0
+
+
+def test_a_failed_copy_still_waits_for_the_stream_before_the_block_goes_back(fake_cupy):
+    ok, bad = _FakeDeviceArray(np.arange(10)), _FakeDeviceArray(np.arange(10), fail=True)
+    with pytest.raises(RuntimeError, match="copy failed"):
+        host_pool.pooled_to_host(ok, bad)
+    assert fake_cupy == [1]
+    gc.collect()
+    pool = host_pool.batch_pool()
+    assert pool.made == 1 and pool.free == 1
+
+
 def test_the_process_pool_follows_the_settings():
     import dask
 
@@ -134,11 +252,13 @@ def test_pooled_batches_hold_the_device_bytes(n):
     with dask.config.set({"daskjoin.row-group-bytes": 20 * 1000, "daskjoin.host-pool-bytes": "64MiB"}):
         pool = host_pool.batch_pool()
         made = pool.made
+        assert pool.enabled
         batches = []
         for batch in host_batches(*dev, max_pairs=10**9):
             batches.append(tuple(np.array(a) for a in batch))  # copied out, so the block goes back
             del batch
         assert pool.made - made <= 2  # reused, not one block a batch
+        assert pool.enabled and (n == 0 or pool.made >= 1)  # the batches did go through the pool
     for k, want in enumerate((i, j, d)):
         got = np.concatenate([b[k] for b in batches]) if batches else np.zeros(0, want.dtype)
         np.testing.assert_array_equal(got, want)

@@ -19,6 +19,7 @@ registration fails, or a batch does not fit one block, callers fall back to thei
 """
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 
@@ -33,9 +34,10 @@ ALIGN = 64
 class _Lease:
     """One block lent out: its memory as a numpy array interface; the block returns when this is garbage."""
 
-    __slots__ = ("__array_interface__", "__weakref__")
+    __slots__ = ("__array_interface__", "block", "__weakref__")
 
     def __init__(self, block: np.ndarray):
+        self.block = block  # the memory stays alive with any view, whatever the pool does meanwhile
         self.__array_interface__ = {"shape": (block.nbytes,), "typestr": "|u1",
                                     "data": (block.ctypes.data, False), "version": 3}
 
@@ -43,16 +45,20 @@ class _Lease:
 class HostPool:
     """Blocks of ``block_bytes`` bytes, made on demand up to ``max_blocks`` and reused.
 
-    ``register(ptr, nbytes)`` page-locks a new block (CUDA's ``hostRegister``; a test may pass another);
-    a registration that fails turns the pool off (its callers then use their fallback)."""
+    ``register(ptr, nbytes)`` page-locks a new block (CUDA's ``hostRegister``; a test may pass another) and
+    ``unregister(ptr)`` unlocks it before its memory may be freed: a retired pool (:meth:`retire`) unlocks
+    its free blocks at once and the lent ones as they come back.  A registration that fails, or memory
+    that cannot be had, turns the pool off (its callers then use their fallback)."""
 
-    def __init__(self, block_bytes: int, max_blocks: int, register=None):
+    def __init__(self, block_bytes: int, max_blocks: int, register=None, unregister=None):
         self.block_bytes, self.max_blocks = int(block_bytes), max(0, int(max_blocks))
-        self._register = register
+        self._register, self._unregister = register, unregister
         self._free: list[np.ndarray] = []
         self._made = 0
-        self._lock = threading.Lock()
+        # reentrant: a block may come back (a finalizer run by the garbage collector) in a thread that holds it
+        self._lock = threading.RLock()
         self.enabled = True
+        self.retired = False
 
     @property
     def made(self) -> int:
@@ -64,7 +70,10 @@ class HostPool:
         return len(self._free)
 
     def _new_block(self) -> np.ndarray | None:
-        raw = np.empty(self.block_bytes + ALIGN, np.uint8)
+        try:
+            raw = np.empty(self.block_bytes + ALIGN, np.uint8)
+        except MemoryError:
+            return None
         start = -raw.ctypes.data % ALIGN
         block = raw[start:start + self.block_bytes]  # aligned (large blocks are page-aligned anyway)
         block[::4096] = 0  # every page touched once, here, and never again
@@ -76,11 +85,19 @@ class HostPool:
                 return None
         return block
 
+    def _release(self, block: np.ndarray) -> None:
+        """A block leaves the pool for good: unlocked, so its memory may be freed with its last reference."""
+        if self._unregister is not None:
+            try:
+                self._unregister(block.ctypes.data)
+            except Exception:  # noqa: BLE001 - the context is gone (process exit): nothing to unlock
+                pass
+
     def _take(self) -> np.ndarray | None:
         with self._lock:
             if self._free:
                 return self._free.pop()
-            if not self.enabled or self._made >= self.max_blocks:
+            if not self.enabled or self.retired or self._made >= self.max_blocks:
                 return None
             self._made += 1  # counted before it is made, so threads at once stay within max_blocks
         block = self._new_block()
@@ -91,7 +108,20 @@ class HostPool:
 
     def _give(self, block: np.ndarray) -> None:
         with self._lock:
-            self._free.append(block)
+            if not self.retired:
+                self._free.append(block)
+                return
+            self._made -= 1
+        self._release(block)
+
+    def retire(self) -> None:
+        """No more lending: free blocks unlocked now, lent ones when they come back."""
+        with self._lock:
+            self.retired = True
+            free, self._free = self._free, []
+            self._made -= len(free)
+        for block in free:
+            self._release(block)
 
     def arrays(self, specs) -> tuple | None:
         """Empty numpy arrays for ``specs`` (``(shape, dtype)`` each) in one block, or None (no block free, or
@@ -107,7 +137,7 @@ class HostPool:
         if block is None:
             return None
         lease = _Lease(block)
-        weakref.finalize(lease, self._give, block)
+        weakref.finalize(lease, self._give, block).atexit = False  # at exit the process gives everything back
         whole = np.asarray(lease)  # its base is the lease: every view below keeps the lease, and so the block
         out = []
         for (shape, dtype), start in zip(specs, offsets):
@@ -127,6 +157,22 @@ def _cuda_register(ptr: int, nbytes: int) -> None:
     cupy().cuda.runtime.hostRegister(ptr, nbytes, 1)  # cudaHostRegisterPortable: every device may copy into it
 
 
+def _cuda_unregister(ptr: int) -> None:
+    from .gpu_common import cupy
+
+    cupy().cuda.runtime.hostUnregister(ptr)
+
+
+@functools.lru_cache(maxsize=None)
+def _host_memory() -> int:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except Exception:  # noqa: BLE001 - no psutil: a modest default
+        return 16 << 30
+
+
 def pool_bytes() -> int:
     """Bytes the process's pool may hold (``daskjoin.host-pool-bytes``; "auto": a sixteenth of the host's
     memory, at most 4 GiB; 0: no pool)."""
@@ -134,13 +180,7 @@ def pool_bytes() -> int:
 
     wanted = config.get("host-pool-bytes")
     if wanted in (None, "auto"):
-        try:
-            import psutil
-
-            total = psutil.virtual_memory().total
-        except Exception:  # noqa: BLE001 - no psutil: a modest default
-            total = 16 << 30
-        return int(min(4 << 30, total // 16))
+        return int(min(4 << 30, _host_memory() // 16))
     return max(0, config.parse_bytes(wanted))
 
 
@@ -160,10 +200,13 @@ def batch_pool() -> HostPool | None:
     if blocks < 2:
         return None
     with _POOL_LOCK:
-        pool = _POOL.get(block)
+        pool = _POOL.get((block, blocks))
         if pool is None:
-            _POOL.clear()  # another batch size: the old blocks go when their last arrays do
-            pool = _POOL[block] = HostPool(block, blocks, register=_cuda_register)
+            for old in _POOL.values():  # other settings: the old blocks are unlocked as their last arrays go
+                old.retire()
+            _POOL.clear()
+            pool = _POOL[(block, blocks)] = HostPool(block, blocks, register=_cuda_register,
+                                                     unregister=_cuda_unregister)
         return pool
 
 
@@ -173,16 +216,18 @@ def pooled_to_host(*arrays) -> tuple | None:
     from .gpu_common import cupy
 
     live = [a for a in arrays if a is not None]
-    if not live or any(not a.flags.c_contiguous for a in live):
+    if not any(a.size for a in live) or any(not a.flags.c_contiguous for a in live):
         return None
     pool = batch_pool()
     host = None if pool is None or not pool.enabled else pool.arrays([(a.shape, a.dtype) for a in live])
     if host is None:
         return None
-    cp = cupy()
-    for a, out in zip(live, host):
-        if a.size:
-            a.get(out=out, blocking=False)
-    cp.cuda.get_current_stream().synchronize()
+    stream = cupy().cuda.get_current_stream()
+    try:
+        for a, out in zip(live, host):
+            if a.size:
+                a.get(out=out, blocking=False)
+    finally:  # on an error too: no copy may still be writing the block when it goes back to the pool
+        stream.synchronize()
     moved = iter(host)
     return tuple(None if a is None else next(moved) for a in arrays)
