@@ -140,9 +140,8 @@ def host_batches(i, j, d, max_pairs: int):
     (:func:`~.registry.transfer_pairs`): into the process's reused page-locked blocks (:mod:`.host_pool`), else
     into pinned memory where ``daskjoin.pinned-output`` says so."""
     from .. import config
-    from .registry import transfer_pairs
-
     from .host_pool import pooled_to_host
+    from .registry import transfer_pairs
 
     step = max(1, min(int(max_pairs), transfer_pairs()))
     pinned = bool(config.get("pinned-output"))

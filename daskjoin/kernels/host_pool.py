@@ -29,6 +29,9 @@ import numpy as np
 BLOCK_BYTES_PER_PAIR = 24
 #: each array of a batch starts at a multiple of this in its block
 ALIGN = 64
+#: a batch takes a block only if it fills at least this share of it: a small join's frame may hold its batch
+#: for long, and must not hold a whole block of page-locked memory for a few pairs
+MIN_FILL = 0.25
 
 
 class _Lease:
@@ -212,14 +215,17 @@ def batch_pool() -> HostPool | None:
 
 def pooled_to_host(*arrays) -> tuple | None:
     """C-contiguous device arrays (None passes through) copied into one pooled block, or None where the pool
-    has no block for them (the caller's fallback copies them)."""
+    has no block for them or they would fill less than :data:`MIN_FILL` of one (the caller's fallback copies
+    them)."""
     from .gpu_common import cupy
 
     live = [a for a in arrays if a is not None]
     if not any(a.size for a in live) or any(not a.flags.c_contiguous for a in live):
         return None
     pool = batch_pool()
-    host = None if pool is None or not pool.enabled else pool.arrays([(a.shape, a.dtype) for a in live])
+    if pool is None or not pool.enabled or sum(a.nbytes for a in live) < MIN_FILL * pool.block_bytes:
+        return None
+    host = pool.arrays([(a.shape, a.dtype) for a in live])
     if host is None:
         return None
     stream = cupy().cuda.get_current_stream()
