@@ -376,13 +376,18 @@ def test_sorted_whole_trusts_a_drivers_sorted_runs_and_sorts_anything_else(data,
     assert np.array_equal(got_plain[0], i[order]) and np.array_equal(got_plain[1], j[order])
 
 
+WIDE_RECORD = np.dtype([("dist", "<f4"), ("rank", "<i4")])
+
+
 @pytest.mark.parametrize("bucket_bits", [0, 1, 3, 10])
+@pytest.mark.parametrize("wide", [None, np.float64, WIDE_RECORD])
 @settings(max_examples=60, deadline=None)
 @given(keys=st.lists(st.tuples(st.integers(-5, 3000), st.integers(-10, 10**6)), unique=True, max_size=600),
        with_value=st.booleans(), long_run=st.booleans())
-def test_sort_pairs_two_pass_scatter_matches_lexsort(bucket_bits, keys, with_value, long_run):
+def test_sort_pairs_two_pass_scatter_matches_lexsort(bucket_bits, wide, keys, with_value, long_run):
     """The packed path's two-pass scatter (buckets of consecutive i, then each bucket's rows), taken at every
-    size here: buckets of one row to buckets of all of them, runs long and short, values bit for bit."""
+    size here: buckets of one row to buckets of all of them, runs long and short, values bit for bit; 8-byte
+    values (``wide``: the set join's float64, the kNN-join's record) wait at their slot."""
     from daskjoin.kernels import pair_sort
 
     i = np.array([k[0] for k in keys], np.int64)
@@ -391,8 +396,13 @@ def test_sort_pairs_two_pass_scatter_matches_lexsort(bucket_bits, keys, with_val
         i[: len(i) // 2] = i[0]
         keep = np.sort(np.unique(np.stack([i, j], 1), axis=0, return_index=True)[1])
         i, j = i[keep], j[keep]
-    value = np.random.default_rng(len(i)).integers(0, 1 << 32, len(i), dtype=np.uint64).astype(np.uint32)
-    value = value.view(np.float32) if with_value else None
+    bits = np.random.default_rng(len(i)).integers(0, 1 << 63, len(i), dtype=np.uint64)
+    if not with_value:
+        value = None
+    elif wide is None:
+        value = bits.astype(np.uint32).view(np.float32)
+    else:
+        value = bits.view(wide)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pair_sort, "BUCKET_MIN_PAIRS", 2)
         mp.setattr(pair_sort, "BUCKET_BITS", bucket_bits)
@@ -400,7 +410,8 @@ def test_sort_pairs_two_pass_scatter_matches_lexsort(bucket_bits, keys, with_val
     order = np.lexsort((j, i))
     assert np.array_equal(oi, i[order]) and np.array_equal(oj, j[order])
     if with_value:
-        assert np.array_equal(ov.view(np.uint32), value[order].view(np.uint32))
+        assert ov.dtype == value.dtype
+        assert np.array_equal(ov.view(np.uint8), value[order].view(np.uint8))  # bit for bit, NaN payloads too
     else:
         assert ov is None
 
@@ -425,7 +436,7 @@ def test_sort_pairs_two_pass_scatter_in_parallel_chunks():
     assert np.array_equal(oi, i[order]) and np.array_equal(oj, j[order]) and np.array_equal(ov, value[order])
 
 
-@pytest.mark.parametrize("with_value", [True, False])
+@pytest.mark.parametrize("with_value", [True, False, "float64"])
 def test_sort_pairs_consume_takes_the_inputs_as_outputs_only_where_it_may(with_value):
     """``consume=True`` (a task's own pairs): the two-pass scatter writes its outputs into the inputs, so only its
     scratch is fresh; read-only or overlapping inputs are left alone; without ``consume`` nothing is written."""
@@ -437,7 +448,7 @@ def test_sort_pairs_consume_takes_the_inputs_as_outputs_only_where_it_may(with_v
     j = rng.integers(0, 1 << 28, n)
     keep = rng.permutation(np.unique(np.stack([i, j], 1), axis=0, return_index=True)[1])
     i, j = i[keep], j[keep]
-    value = rng.random(len(i)).astype(np.float32) if with_value else None
+    value = rng.random(len(i)).astype(np.float64 if with_value == "float64" else np.float32) if with_value else None
     order = np.lexsort((j, i))
     want = (i[order], j[order], None if value is None else value[order])
 

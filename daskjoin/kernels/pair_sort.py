@@ -128,13 +128,14 @@ def _sort_runs_packed(oi, packed, vbits, starts, has_value, lo, jlo):
     for step in prange((span + RUNS_PER_STEP - 1) // RUNS_PER_STEP):
         held = np.empty(RANK_MAX, np.int64)
         for s in range(step * RUNS_PER_STEP, min(span, (step + 1) * RUNS_PER_STEP)):
-            _sort_run(oi, packed, vbits, starts[s], starts[s + 1], lo + s, has_value, jlo, held)
+            _sort_run(oi, packed, vbits, starts[s], starts[s + 1], lo + s, has_value, jlo, held, False, held, held)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _sort_run(oi, packed, vbits, a, b, row, has_value, jlo, held):
+def _sort_run(oi, packed, vbits, a, b, row, has_value, jlo, held, wide, vals, ov64):
     """Run ``[a, b)`` (one ``i``, ``row``) of words sorted, then unpacked in place: ``packed`` becomes the ``j``
     column, the value bits go to ``vbits``, ``oi`` gets ``row``; ``held``: RANK_MAX words of scratch.
+    ``wide`` (8-byte values): a word's low half is the slot of its value in ``vals``, copied to ``ov64``.
 
     A short run is sorted by rank: each word's place is the number of words below it (equal words,
     which distinct pairs never give, by their position), m^2 comparisons without a branch, which
@@ -156,7 +157,9 @@ def _sort_run(oi, packed, vbits, a, b, row, has_value, jlo, held):
     for k in range(a, b):
         word = packed[k]
         oi[k] = row
-        if has_value:
+        if wide:
+            ov64[k] = vals[word & 0xFFFFFFFF]
+        elif has_value:
             vbits[k] = np.uint32(word & 0xFFFFFFFF)
         packed[k] = (word >> 32) + jlo
 
@@ -169,11 +172,12 @@ BUCKET_BITS = 10
 
 
 @njit(cache=True, parallel=True)
-def _bucket_scatter(i, j, vbits, lo, jlo, has_value, shift, nbuckets, words, rows, bstart, nchunks):
+def _bucket_scatter(i, j, vbits, lo, jlo, has_value, shift, nbuckets, words, rows, bstart, nchunks, wide, v64, vals):
     """First pass of the two-pass sort: each pair's word ``(j - jlo) << 32 | value bits`` into ``words`` and its
     row ``i - lo`` into ``rows``, grouped by bucket ``(i - lo) >> shift`` (bucket b at ``bstart[b]`` to
     ``bstart[b + 1]``); chunks of the input in parallel, each with its own cursors (the order within a bucket
-    does not matter: the second pass and the runs' sort order it)."""
+    does not matter: the second pass and the runs' sort order it).  ``wide`` (8-byte values ``v64``): the
+    word's low half is the pair's slot instead, and the value goes to that slot of ``vals``."""
     n = i.shape[0]
     counts = np.zeros((nchunks, nbuckets), np.int64)
     for c in prange(nchunks):
@@ -186,18 +190,23 @@ def _bucket_scatter(i, j, vbits, lo, jlo, has_value, shift, nbuckets, words, row
             b = r >> shift
             at = counts[c, b]
             counts[c, b] = at + 1
-            words[at] = ((j[k] - jlo) << 32) | (np.int64(vbits[k]) if has_value else np.int64(0))
+            if wide:
+                words[at] = ((j[k] - jlo) << 32) | at
+                vals[at] = v64[k]
+            else:
+                words[at] = ((j[k] - jlo) << 32) | (np.int64(vbits[k]) if has_value else np.int64(0))
             rows[at] = np.uint32(r)
     return 0
 
 
 @njit(cache=True, parallel=True)
-def _place_buckets(words, rows, bstart, shift, span, out, oi, vbits, has_value, lo, jlo):
+def _place_buckets(words, rows, bstart, shift, span, out, oi, vbits, has_value, lo, jlo, wide, vals, ov64):
     """Second pass, buckets in parallel, each in cache: a counting sort of the bucket's few rows writes its words
     to their rows' runs in ``out``, and each run is then sorted and unpacked there (:func:`_sort_run`) into
     ``out`` (``j``), ``oi`` and ``vbits``.  A bucket's scratch (``words``, ``rows``) and its output share one
     range of positions, ``bstart[b]`` to ``bstart[b + 1]``, and nothing else reads it: the scratch may be the
-    outputs themselves, overwritten once the bucket has read it."""
+    outputs themselves, overwritten once the bucket has read it (not ``vals``, the 8-byte values, read by slot
+    while the bucket's outputs are written)."""
     nbuckets = bstart.shape[0] - 1
     for b in prange(nbuckets):
         a0, a1 = bstart[b], bstart[b + 1]
@@ -216,11 +225,11 @@ def _place_buckets(words, rows, bstart, shift, span, out, oi, vbits, has_value, 
             fill[t] += 1
         held = np.empty(RANK_MAX, np.int64)
         for t in range(r1 - r0):
-            _sort_run(oi, out, vbits, cursor[t], cursor[t + 1], lo + r0 + t, has_value, jlo, held)
+            _sort_run(oi, out, vbits, cursor[t], cursor[t + 1], lo + r0 + t, has_value, jlo, held, wide, vals, ov64)
     return 0
 
 
-def _two_pass_sort(i, j, vbits, lo, jlo, has_value, span, words, rows, oi, oj, obits):
+def _two_pass_sort(i, j, vbits, lo, jlo, has_value, span, words, rows, oi, oj, obits, wide=None):
     """The packed path in two passes, for many pairs: buckets of consecutive ``i`` first (a few hundred write
     streams), then each bucket's rows placed and their runs sorted while the bucket is in cache; one pass's
     random write a pair missed the cache (16M pairs of 1M rows on the 2-core VM: 0.33-0.53 s and a 0.1 s
@@ -231,8 +240,14 @@ def _two_pass_sort(i, j, vbits, lo, jlo, has_value, span, words, rows, oi, oj, o
     nbuckets = ((span - 1) >> shift) + 1
     bstart = np.empty(nbuckets + 1, np.int64)
     nchunks = max(1, min(numba.get_num_threads(), n // RADIX_CHUNK_MIN))
-    _bucket_scatter(i, j, vbits, lo, jlo, has_value, shift, nbuckets, words, rows, bstart, nchunks)
-    _place_buckets(words, rows, bstart, shift, span, oj, oi, obits, has_value, lo, jlo)
+    # wide: (the 8-byte values, their scratch, their output); else placeholders Numba types alike
+    v64, vals, ov64 = wide if wide is not None else (_NO_WIDE, _NO_WIDE, _NO_WIDE)
+    _bucket_scatter(i, j, vbits, lo, jlo, has_value, shift, nbuckets, words, rows, bstart, nchunks, wide is not None,
+                    v64, vals)
+    _place_buckets(words, rows, bstart, shift, span, oj, oi, obits, has_value, lo, jlo, wide is not None, vals, ov64)
+
+
+_NO_WIDE = np.zeros(1, np.uint64)
 
 
 RADIX_BITS = 11
@@ -389,6 +404,9 @@ def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None, consume: 
                 _scatter(i, j, vbits, lo, jlo, has_value, True, oj, obits, cursor, nchunks)
                 _sort_runs_packed(oi, oj, obits, starts, has_value, lo, jlo)
         return oi, oj, (ov if has_value else None)
+    if (has_value and v.dtype.itemsize == 8 and jhi - jlo < (1 << 31) and n < (1 << 32)
+            and n >= BUCKET_MIN_PAIRS and (1 << BUCKET_BITS) < span < (1 << 32)):
+        return _two_pass_wide(i, j, v, lo, jlo, span, consume)
     oi, oj = np.empty(n, np.int64), np.empty(n, np.int64)
     ov = np.empty(n, v.dtype) if has_value else v
     starts = np.empty(span + 1, np.int64)
@@ -397,6 +415,25 @@ def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None, consume: 
         _scatter(i, j, v, lo, 0, has_value, False, oj, ov, cursor, nchunks)
         _sort_runs(oi, oj, ov, starts, has_value, lo)
     return oi, oj, (ov if has_value else None)
+
+
+def _two_pass_wide(i, j, v, lo, jlo, span, consume):
+    """The two-pass sort for 8-byte values (the set join's float64 similarity, the kNN-join's dist and rank): a
+    pair's word carries its slot, and its value waits in a scratch array at that slot for its run's sort
+    (8.8M pairs of 600k rows on the 2-core VM: 0.32-0.36 s in one pass, 0.13-0.17 s for 4-byte values)."""
+    n = len(i)
+    if consume and _reusable(i, j, v):
+        oi, oj, ov = i, j, v  # read by the first pass only
+        words = np.empty(n, np.int64)
+    else:
+        oi, oj, ov = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, v.dtype)
+        words = oi  # the i output is the first pass's scratch until the runs' sort writes it
+    rows, vals = np.empty(n, np.uint32), np.empty(n, np.uint64)
+    no_bits = np.zeros(1, np.uint32)
+    with serialised():
+        _two_pass_sort(i, j, no_bits, lo, jlo, True, span, words, rows, oi, oj, no_bits,
+                       wide=(v.view(np.uint64), vals, ov.view(np.uint64)))
+    return oi, oj, ov
 
 
 def _reusable(*arrays) -> bool:
