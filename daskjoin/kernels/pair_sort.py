@@ -17,7 +17,9 @@ one random write a pair instead of two, and each run is sorted as one array of w
 are distinct within a run, so the words order by ``j``) and unpacked while it is in cache.  The
 word is built in the ``j`` output array itself, so this needs no memory beyond the output (the two-pass
 sort of many pairs over many rows, :func:`_two_pass_sort`, takes the ``i`` and value outputs as its
-scratch; without values, 4 bytes a pair besides).
+scratch; without values, 4 bytes a pair besides).  An 8-byte value (the set join's float64 similarity, the
+kNN-join's record) does not fit the word: for many pairs its word carries the pair's slot in a scratch array
+of values instead (:func:`_two_pass_wide`), and the value is copied from there as its run is unpacked.
 """
 from __future__ import annotations
 
