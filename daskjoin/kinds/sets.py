@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
 
 from ..io.set_inputs import SetSource
 from ..kernels import registry, resolve_backend
@@ -106,14 +105,12 @@ class SetJob:
         sizes_r = r.sizes
         sizes_s = sizes_r if s is None else s.sizes
         from ..kernels.sets import local  # Numba: imported by the tasks, not by `import daskjoin`
+        from ..kernels.sets.measures import matches
 
         bound = local.DEFAULT_MAX_PAIRS if max_pairs is None else max_pairs
+        code = self.plan.threshold.code
         for probe, cand, overlap in self._driver(block, r, s).batches(bound):
-            sim = self.plan.threshold.similarity(overlap, sizes_r[probe], sizes_s[cand])
-            i, j = r_ids[probe], s_ids[cand]
-            if self.plan.selfjoin:
-                i, j = np.minimum(i, j), np.maximum(i, j)
-            yield i, j, sim
+            yield matches(probe, cand, overlap, sizes_r, sizes_s, r_ids, s_ids, code, self.plan.selfjoin)
 
 
 def _read(source: SetSource, rows: tuple):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numba
 from numba import njit
 
 #: measure codes: indices into ``daskjoin.planning.set_threshold.MEASURES``
@@ -138,3 +139,42 @@ def index_prefix(n, code, p, q):
     if n < 1 or not _possible(n, n, code, p, q):
         return 0
     return n - required_overlap(n, n, code, p, q) + 1
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def _fill_matches(probe, cand, overlap, sizes_r, sizes_s, r_ids, s_ids, code, selfjoin, oi, oj, osim):
+    n = probe.shape[0]
+    for k in numba.prange(n):
+        p, c = probe[k], cand[k]
+        o = np.float64(overlap[k])
+        r = np.float64(sizes_r[p])
+        s = np.float64(sizes_s[c])
+        # the same float64 operations, in the same order, as Threshold.similarity: the same bits
+        if code == JACCARD:
+            v = o / (r + s - o)
+        elif code == COSINE:
+            v = o / np.sqrt(r * s)
+        elif code == DICE:
+            v = 2.0 * o / (r + s)
+        else:
+            v = o
+        a, b = r_ids[p], s_ids[c]
+        if selfjoin and b < a:
+            a, b = b, a
+        oi[k] = a
+        oj[k] = b
+        osim[k] = v
+
+
+def matches(probe, cand, overlap, sizes_r, sizes_s, r_ids, s_ids, code: int, selfjoin: bool):
+    """A block's matches (positions ``probe`` in r, ``cand`` in s, their ``overlap``) as ``(i, j, sim)``: original
+    ids (a self-join's ``i < j``) and the measure's float64 value, in one parallel pass.  ``Threshold.similarity``
+    and numpy's gathers did the same in eight passes over fresh arrays (8.8M pairs: 0.18 s warm, 1.3 s where
+    every array's pages were new)."""
+    n = len(probe)
+    oi, oj, osim = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.float64)
+    if n:
+        _fill_matches(np.ascontiguousarray(probe), np.ascontiguousarray(cand), np.ascontiguousarray(overlap),
+                      np.ascontiguousarray(sizes_r), np.ascontiguousarray(sizes_s), np.ascontiguousarray(r_ids, np.int64),
+                      np.ascontiguousarray(s_ids, np.int64), np.int64(code), bool(selfjoin), oi, oj, osim)
+    return oi, oj, osim
