@@ -396,7 +396,10 @@ def test_sort_pairs_two_pass_scatter_matches_lexsort(bucket_bits, wide, keys, wi
         i[: len(i) // 2] = i[0]
         keep = np.sort(np.unique(np.stack([i, j], 1), axis=0, return_index=True)[1])
         i, j = i[keep], j[keep]
-    bits = np.random.default_rng(len(i)).integers(0, 1 << 63, len(i), dtype=np.uint64)
+    bits = np.random.default_rng(len(i)).integers(0, np.iinfo(np.uint64).max, len(i), dtype=np.uint64,
+                                                   endpoint=True)  # the sign bit too: negative values and NaNs
+    bits[::7] = np.uint64(0xFFF8_0000_0000_0001)  # a negative float64 NaN with a payload
+    bits[3::7] = np.uint64(0x7FF0_0000_0000_0BAD)  # a signalling one
     if not with_value:
         value = None
     elif wide is None:

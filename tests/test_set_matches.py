@@ -20,19 +20,20 @@ def reference(probe, cand, overlap, sizes_r, sizes_s, r_ids, s_ids, threshold, s
 
 
 @pytest.mark.parametrize("measure", MEASURES)
+@pytest.mark.parametrize("size_dtype", [np.int64, np.int32])  # int64: what the set stores give (np.diff of offsets)
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(0, 300), sets_r=st.integers(1, 50), sets_s=st.integers(1, 50), selfjoin=st.booleans(),
        big=st.booleans(), seed=st.integers(0, 2**32 - 1))
-def test_matches_equal_the_numpy_reference_bit_for_bit(measure, n, sets_r, sets_s, selfjoin, big, seed):
+def test_matches_equal_the_numpy_reference_bit_for_bit(measure, size_dtype, n, sets_r, sets_s, selfjoin, big, seed):
     rng = np.random.default_rng(seed)
     top = (1 << 31) - 1 if big else 40  # set sizes up to the largest the kernels take
-    sizes_r = rng.integers(1, top, sets_r).astype(np.int32)
-    sizes_s = sizes_r if selfjoin else rng.integers(1, top, sets_s).astype(np.int32)
+    sizes_r = rng.integers(1, top, sets_r).astype(size_dtype)
+    sizes_s = sizes_r if selfjoin else rng.integers(1, top, sets_s).astype(size_dtype)
     s_count = len(sizes_s)
     probe = rng.integers(0, len(sizes_r), n)
     cand = rng.integers(0, s_count, n)
     overlap = np.minimum(sizes_r[probe], sizes_s[cand]) * rng.random(n)
-    overlap = np.maximum(1, overlap).astype(np.int32)
+    overlap = np.maximum(1, overlap).astype(size_dtype)
     r_ids = rng.permutation(10 * len(sizes_r))[: len(sizes_r)].astype(np.int64)
     s_ids = r_ids if selfjoin else rng.permutation(10 * s_count)[:s_count].astype(np.int64)
     threshold = Threshold(measure, 1, 2)

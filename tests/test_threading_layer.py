@@ -65,6 +65,9 @@ _SCRIPT = textwrap.dedent(
                     "brute": pool.submit(dj.similarity_join, x, method="brute", **eps_join),
                     "sets": pool.submit(dj.set_similarity_join, sets, threshold=THRESHOLD, client=client,
                                         output="count", backend="cpu", partitions=6),
+                    # pairs, not a count: each task's matches to rows (a parallel kernel) run at once too
+                    "set_pairs": pool.submit(lambda: len(dj.set_similarity_join(
+                        sets, threshold=THRESHOLD, client=client, backend="cpu", partitions=6).compute())),
                 }
                 out.update({name: int(job.result()) for name, job in jobs.items()})
             out["worker_layers"] = sorted(client.run(numba.threading_layer).values())
@@ -115,6 +118,7 @@ def test_concurrent_tasks_on_workqueue(tmp_path):
     expected_sets = len(oracle_join_fast(sets, threshold=SET_THRESHOLD))
     assert expected_sets > 0
     assert got["sets"] == expected_sets
+    assert got["set_pairs"] == expected_sets
 
 
 def test_guard_is_lock_free_on_a_threadsafe_layer():
