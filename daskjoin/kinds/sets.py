@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-
 from ..io.set_inputs import SetSource
 from ..kernels import registry, resolve_backend
 from ..planning.sets import SetBlock, SetPlan

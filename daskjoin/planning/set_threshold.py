@@ -50,7 +50,8 @@ class Threshold:
         return np.int64(self.code), np.int64(self.p), np.int64(self.q)
 
     def similarity(self, overlap, size_r, size_s) -> np.ndarray:
-        """The measure's value as float64 from integer overlaps and sizes."""
+        """The measure's value as float64 from integer overlaps and sizes (numpy; the tasks use the one-pass
+        ``kernels/sets/measures.matches``, which tests/test_set_matches.py holds to these bits)."""
         o = np.asarray(overlap, np.float64)
         r = np.asarray(size_r, np.float64)
         s = np.asarray(size_s, np.float64)
