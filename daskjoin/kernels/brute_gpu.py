@@ -205,9 +205,17 @@ def listed_candidates(launch, npairs: int, room: int, per_pair: bool = False):
             else:  # one tile pair has at most TC_TILE^2 candidates: listed whole, past the cap
                 ranges.append((lo, hi, count))
             continue
-        room = max(1 << 20, min(CANDIDATES_MAX, int(count * 1.5)))
+        # the room never shrinks: ranges' candidates vary several-fold, and a guess from the last range alone
+        # made one launch in ten run again (1M x 128 exponential, H200: 130 launches for 117 ranges)
+        room = max(room, min(CANDIDATES_MAX, 2 * count))
         yield cand, cand_pair, count, room
 
+
+
+def _compact(oi, oj, od, found: int):
+    """The first ``found`` pairs as arrays of their own, in the kernel's order (the room they were written to
+    is often far larger, and would stay held by views of it)."""
+    return oi[:found].copy(), oj[:found].copy(), od[:found].copy()
 
 #: tiles per group of the two-level box test (``near_tile_pairs``).  H100, 10M x 128 embeddings (78,125 tiles,
 #: 4.2% of tile pairs kept): groups of 8 tiles 0.46 s, 16 0.82 s, 32 1.01 s, 64 1.10 s (benchmarks/profile_tc.py)
@@ -440,8 +448,9 @@ class GpuBruteJoin:
             order = cp.argsort((oi.astype(cp.uint64) << cp.uint64(32)) | oj.astype(cp.uint64))
         return oi[order], oj[order], od[order]
 
-    def _range_parts(self, lo: int, hi: int, max_pairs: int | None):
-        """Sorted device (i, j, dist) parts of tile pairs [lo, hi), each of at most ``max_pairs`` pairs.
+    def _range_parts(self, lo: int, hi: int, max_pairs: int | None, sort: bool = True):
+        """Sorted device (i, j, dist) parts of tile pairs [lo, hi), each of at most ``max_pairs`` pairs
+        (``sort=False``: in the kernel's order, for a caller that sorts them all together).
 
         One launch with room for ``min(max_pairs, a running guess)`` pairs; when its pairs all
         fit, they are the range's one part.  Otherwise, where they fit ``max_pairs``, the range is
@@ -462,10 +471,14 @@ class GpuBruteJoin:
         # a bound below the running guess will likely cut this range: count its tile pairs in this pass
         pair_counts = cp.zeros(hi - lo, cp.uint64) if max_pairs is not None and max_pairs < self._capacity else None
         found, oi, oj, od = self._filter(G, P, Q, room, pair_counts)
-        self._capacity = max(1 << 16, int(found * 1.5))
+        # the guess never shrinks, up to an eighth of the device's room for pairs (device memory is cheap beside a
+        # second pass of the filter: one range in nine ran twice when the guess followed the last range alone, 2.45 s
+        # to fill 865M pairs where the count takes 2.0 s; 1M x 128 exponential, H200)
+        self._capacity = max(self._capacity, min(2 * found, sort_room() // 8))
+        ordered = self._sorted if sort else _compact
         if found <= room:
             if found:
-                yield self._sorted(oi, oj, od, found)
+                yield ordered(oi, oj, od, found)
             return
         del oi, oj, od
         if max_pairs is None or found <= max_pairs:
@@ -486,7 +499,7 @@ class GpuBruteJoin:
             if got != want:  # the same products give the same decisions: never expected
                 raise RuntimeError(f"brute GPU kernel: tile pairs {lo + s0}..{lo + s1} gave {got} pairs, "
                                    f"{want} when counted")
-            part = self._sorted(oi, oj, od, want)
+            part = ordered(oi, oj, od, want)
             del oi, oj, od
             if max_pairs is None:
                 yield part
@@ -546,7 +559,8 @@ class GpuBruteJoin:
             # at most an eighth of the budget a part: a range crossing the budget keeps one more part
             # beside what is held, not a second budget's worth
             bound = min(fits - count, max(step, fits // 8)) if not spilled and fits - count >= step else step
-            for i, j, d in self._range_parts(lo, hi, bound):
+            # unsorted parts: what is held is sorted as one below, and the task sorts what goes past the budget
+            for i, j, d in self._range_parts(lo, hi, bound, sort=False):
                 d = d if with_distance else None
                 if not spilled and count + len(i) <= fits:
                     held.append((i, j, d))
