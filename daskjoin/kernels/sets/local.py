@@ -195,8 +195,18 @@ class _Runs:
 def _qualifying_runs(runs: _Runs, threshold: Threshold) -> np.ndarray:
     """Runs whose copies match each other (identical non-empty sets reach any normalised threshold)."""
     code, p, q = threshold.args()
-    sizes = runs.reps.sizes
-    return np.array([meets(n, n, n, code, p, q) for n in sizes], bool) if len(sizes) else np.zeros(0, bool)
+    return _self_matches(np.ascontiguousarray(runs.reps.sizes, np.int64), code, p, q)
+
+
+@numba.njit(cache=True, nogil=True)
+def _self_matches(sizes, code, p, q):
+    """``meets(n, n, n)`` for every size: one compiled loop (a Python loop of calls took 0.27 s for the ~500k
+    distinct sets of the KOSARAK-like collection)."""
+    out = np.empty(sizes.shape[0], np.bool_)
+    for k in range(sizes.shape[0]):
+        n = sizes[k]
+        out[k] = meets(n, n, n, code, p, q)
+    return out
 
 
 def block_batches(r: Flat, s: Flat | None, threshold: Threshold, *, algorithm: str = "ppjoin", backend: str = "cpu",
