@@ -85,6 +85,7 @@ if ckd:
     from scipy.spatial import cKDTree
     out["ckdtree_runs_s"] = []
     for _ in range(repeat):  # best of as many runs as the repeated joins: the same estimator on both sides
+        ref = None
         start = time.perf_counter()
         ref = cKDTree(x).query_pairs(eps, output_type="ndarray")
         out["ckdtree_runs_s"].append(time.perf_counter() - start)
@@ -225,6 +226,8 @@ def main() -> int:
     p.add_argument("--skip-notebook", action="store_true")
     p.add_argument("--skip-local-cluster", action="store_true")
     args = p.parse_args()
+    if args.nb_repeat < 1:
+        p.error("--nb-repeat must be at least 1")
 
     info = machine()
     backend = "gpu" if "gpu" in info else "cpu"

@@ -153,17 +153,19 @@ def test_tensor_core_batches_cut_by_tile_pair_counts(fmt, budget_pairs, monkeypa
     if budget_pairs is not None:
         from daskjoin.kernels import brute_gpu
 
-        monkeypatch.setattr(brute_gpu, "device_budget_bytes", lambda fraction=0.5: 56 * budget_pairs)
+        monkeypatch.setattr(brute_gpu, "sort_room", lambda: budget_pairs)  # what batches() may hold on the device
     rng = np.random.default_rng(11)
     x = rng.exponential(1 / 40, size=(6000, 64))
     eps = float(np.quantile(np.sqrt(((x[:300, None] - x[None, :300]) ** 2).sum(-1)), 0.02))
     want = oracle_self_pairs(x, eps)
     parts = list(get_kernel("brute", "gpu", filter=fmt).self_batches(x, eps, 997))
     assert all(len(p[0]) <= 997 for p in parts)
-    if budget_pairs is None:  # all held on the device: one sorted run, sliced
-        from daskjoin.kernels.registry import SortedRun
+    from daskjoin.kernels.registry import SortedRun
 
+    if budget_pairs is None:  # all held on the device: one sorted run, sliced
         assert len(parts) > 1 and all(isinstance(p, SortedRun) for p in parts)
+    else:  # past the budget: plain batches, which the task sorts (unsorted parts of the kernel's order among them)
+        assert len(parts) > 3 and not any(isinstance(p, SortedRun) for p in parts)
     got = tuple(np.concatenate([p[t] for p in parts]) for t in range(3))
     assert_same_pairs(got, want)
 
@@ -183,6 +185,36 @@ def test_tensor_core_filter_falls_back_where_the_grid_cannot_hold_the_spread():
     assert_same_pairs(get_kernel("brute", "gpu", filter="int8").self_join(x, 3e-306), oracle_self_pairs(x, 3e-306))
     with pytest.raises(ValueError, match="tiles of 128 rows"):
         GpuBruteJoin(np.random.default_rng(4).random((300, 40)), None, 0.1, filter="int8", tile=256)
+
+
+@pytest.mark.parametrize("fmt", FILTERS)
+def test_candidate_lists_too_small_for_a_range_are_rerun_with_room_for_all(fmt, monkeypatch):
+    """A first guess of 1,000 candidates for ranges of far more: the range's launch overflows and runs again
+    with room for all of them (not halved: under the cap), the guess grows and is kept; same pairs."""
+    from daskjoin.kernels import brute_gpu
+
+    launches, lists = [], []
+    original = brute_gpu.listed_candidates
+
+    def counting(launch, npairs, room, per_pair=False):
+        def counted(*args):
+            launches.append(args[1] - args[0])
+            return launch(*args)
+
+        for item in original(counted, npairs, room, per_pair):
+            lists.append(item[2])
+            yield item
+
+    monkeypatch.setattr(brute_gpu, "listed_candidates", counting)
+    rng = np.random.default_rng(13)
+    x = rng.exponential(1 / 40, size=(5000, 48)).astype(np.float32)
+    eps = float(np.quantile(np.sqrt(((x[:300, None] - x[None, :300]) ** 2).sum(-1)), 0.05))
+    join = brute_gpu.GpuBruteJoin(x, None, eps, filter=fmt)
+    join._candidates = 1000
+    assert_same_pairs(join.pairs(), oracle_self_pairs(x, eps), context=fmt)
+    assert max(lists) > 1000 and len(launches) > len(lists)  # a list overflowed and its range ran again
+    assert launches[0] == launches[1]  # ... whole, with room for all its candidates
+    assert join._candidates >= min(brute_gpu.CANDIDATES_MAX, 2 * max(lists))  # the largest guess is kept
 
 
 @pytest.mark.parametrize("cap", [3000, 100_000])

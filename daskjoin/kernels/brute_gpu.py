@@ -209,13 +209,14 @@ def listed_candidates(launch, npairs: int, room: int, per_pair: bool = False):
         # made one launch in ten run again (1M x 128 exponential, H200: 130 launches for 117 ranges)
         room = max(room, min(CANDIDATES_MAX, 2 * count))
         yield cand, cand_pair, count, room
-
+        del cand, cand_pair  # not held while the next lists are made (the caller drops its references too)
 
 
 def _compact(oi, oj, od, found: int):
     """The first ``found`` pairs as arrays of their own, in the kernel's order (the room they were written to
     is often far larger, and would stay held by views of it)."""
     return oi[:found].copy(), oj[:found].copy(), od[:found].copy()
+
 
 #: tiles per group of the two-level box test (``near_tile_pairs``).  H100, 10M x 128 embeddings (78,125 tiles,
 #: 4.2% of tile pairs kept): groups of 8 tiles 0.46 s, 16 0.82 s, 32 1.01 s, 64 1.10 s (benchmarks/profile_tc.py)
@@ -436,6 +437,7 @@ class GpuBruteJoin:
                     self.A.perm, self.B.perm, np.int32(self.d), np.float64(self.eps2), np.int32(self.selfjoin),
                     counter, pair_counts if per_pair else counter, np.int32(per_pair), np.int64(capacity), oi, oj, od,
                 ))
+            del cand, cand_pair  # freed before the next lists are made
         return int(counter.get()[0])
 
     def _sorted(self, oi, oj, od, found: int):
@@ -457,7 +459,7 @@ class GpuBruteJoin:
         filled again into room for all of them; where not, a count of every tile pair's pairs
         cuts the range into runs of tile pairs of at most ``max_pairs`` pairs, each filled again
         (from the same products, so the same decisions) into room for exactly its pairs; a
-        single tile pair with more pairs (at most tile^2) is filled alone and its sorted pairs
+        single tile pair with more pairs (at most tile^2) is filled alone and its pairs
         are sliced.  Per-tile-pair counts cost an atomic per pair: the first launch takes them
         only where ``max_pairs`` is below the running guess (a cut is then likely), else a
         separate count-only launch takes them where a cut turns out to be needed.  So the device holds at most
@@ -471,10 +473,11 @@ class GpuBruteJoin:
         # a bound below the running guess will likely cut this range: count its tile pairs in this pass
         pair_counts = cp.zeros(hi - lo, cp.uint64) if max_pairs is not None and max_pairs < self._capacity else None
         found, oi, oj, od = self._filter(G, P, Q, room, pair_counts)
-        # the guess never shrinks, up to an eighth of the device's room for pairs (device memory is cheap beside a
+        # the guess never shrinks, up to an eighth of the device's room for pairs where parts are bounded (device memory is cheap beside a
         # second pass of the filter: one range in nine ran twice when the guess followed the last range alone, 2.45 s
         # to fill 865M pairs where the count takes 2.0 s; 1M x 128 exponential, H200)
-        self._capacity = max(self._capacity, min(2 * found, sort_room() // 8))
+        # (no cap for a whole range at once, max_pairs None: its refill takes room for all its pairs anyway)
+        self._capacity = max(self._capacity, 2 * found if max_pairs is None else min(2 * found, sort_room() // 8))
         ordered = self._sorted if sort else _compact
         if found <= room:
             if found:

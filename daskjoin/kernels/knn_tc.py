@@ -168,18 +168,21 @@ class TcSearch:
                 np.uint64(0)), shared_mem=TC_SMEM_BYTES)
 
         for cand, _, count, _ in listed_candidates(launch, int(P.shape[0]), 1 << 22):
-            if not count:
-                continue
-            value = cp.empty(count, cp.float64)
-            distances((-(-count // BLOCK),), (BLOCK,), (cand, np.int64(count), Q.perm, Q.points, self.X.points,
-                                                        np.int32(self.d), hd, k, value))
-            within = cp.nonzero(value >= 0.0)[0]  # the rest are past their root: they can never enter
-            if not within.size:
-                continue
-            keys = cand[:, 0][within]
-            order = cp.argsort(keys)
-            within = within[order]
-            cand, value, keys = cp.ascontiguousarray(cand[within]), value[within], keys[order]
-            seg = cp.searchsorted(keys, cp.arange(m + 1, dtype=cp.int32)).astype(cp.int64)
-            offer((-(-m // BLOCK),), (BLOCK,), (cand, value, seg, np.int64(m), Q.perm, ids, self.X.perm, first_id,
-                                                exclude, hd, hj, k))
+            try:
+                if not count:
+                    continue
+                value = cp.empty(count, cp.float64)
+                distances((-(-count // BLOCK),), (BLOCK,), (cand, np.int64(count), Q.perm, Q.points, self.X.points,
+                                                            np.int32(self.d), hd, k, value))
+                within = cp.nonzero(value >= 0.0)[0]  # the rest are past their root: they can never enter
+                if not within.size:
+                    continue
+                keys = cand[:, 0][within]
+                order = cp.argsort(keys)
+                within = within[order]
+                cand, value, keys = cp.ascontiguousarray(cand[within]), value[within], keys[order]
+                seg = cp.searchsorted(keys, cp.arange(m + 1, dtype=cp.int32)).astype(cp.int64)
+                offer((-(-m // BLOCK),), (BLOCK,), (cand, value, seg, np.int64(m), Q.perm, ids, self.X.perm, first_id,
+                                                    exclude, hd, hj, k))
+            finally:
+                del cand  # freed before the next lists are made (the lister drops its own reference)
