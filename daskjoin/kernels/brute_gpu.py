@@ -473,10 +473,10 @@ class GpuBruteJoin:
         # a bound below the running guess will likely cut this range: count its tile pairs in this pass
         pair_counts = cp.zeros(hi - lo, cp.uint64) if max_pairs is not None and max_pairs < self._capacity else None
         found, oi, oj, od = self._filter(G, P, Q, room, pair_counts)
-        # the guess never shrinks, up to an eighth of the device's room for pairs where parts are bounded (device memory is cheap beside a
-        # second pass of the filter: one range in nine ran twice when the guess followed the last range alone, 2.45 s
-        # to fill 865M pairs where the count takes 2.0 s; 1M x 128 exponential, H200)
-        # (no cap for a whole range at once, max_pairs None: its refill takes room for all its pairs anyway)
+        # The guess never shrinks: device memory is cheap beside a second pass of the filter (one range in nine ran
+        # twice when the guess followed the last range alone: 2.45 s to fill 865M pairs where the count takes 2.0 s;
+        # 1M x 128 exponential, H200). Bounded parts cap it at an eighth of the device's room for pairs; a whole
+        # range at once (max_pairs None) does not, since its refill takes room for all its pairs anyway.
         self._capacity = max(self._capacity, 2 * found if max_pairs is None else min(2 * found, sort_room() // 8))
         ordered = self._sorted if sort else _compact
         if found <= room:
