@@ -41,11 +41,21 @@ def representatives(tokens: np.ndarray, offsets: np.ndarray, starts: np.ndarray)
     """(tokens, offsets) of the first set of every run."""
     first = starts[:-1]
     lo, hi = offsets[first], offsets[first + 1]
-    sizes = hi - lo
     rep_offsets = np.zeros(len(first) + 1, np.int64)
-    np.cumsum(sizes, out=rep_offsets[1:])
-    shift = np.repeat(lo - rep_offsets[:-1], sizes)
-    return tokens[np.arange(rep_offsets[-1], dtype=np.int64) + shift], rep_offsets
+    np.cumsum(hi - lo, out=rep_offsets[1:])
+    rep_tokens = np.empty(int(rep_offsets[-1]), tokens.dtype)
+    _copy_runs(tokens, lo, rep_offsets, rep_tokens)
+    return rep_tokens, rep_offsets
+
+
+@njit(cache=True, nogil=True)
+def _copy_runs(tokens, lo, rep_offsets, out):
+    """Each representative's tokens copied in one pass (numpy's repeat, arange and gather made three arrays
+    of the tokens' length first: ~19% of a small KOSARAK-like task's time on the 2-core VM)."""
+    for k in range(lo.shape[0]):
+        src = lo[k]
+        for t in range(rep_offsets[k], rep_offsets[k + 1]):
+            out[t] = tokens[src + t - rep_offsets[k]]
 
 
 @njit(cache=True)
