@@ -44,3 +44,23 @@ def test_matches_equal_the_numpy_reference_bit_for_bit(measure, size_dtype, n, s
         assert np.array_equal(np.asarray(g).view(np.uint8), np.asarray(w, g.dtype).view(np.uint8))
     if selfjoin and n:
         assert (got[0] <= got[1]).all()
+
+
+@pytest.mark.parametrize("measure", MEASURES)
+@pytest.mark.parametrize("p, q", [(1, 2), (9, 10), (1, 1), (3, 1)])
+def test_runs_of_identical_sets_match_themselves_as_meets_says(measure, p, q):
+    """``local._qualifying_runs`` (one compiled loop) gives ``meets(n, n, n)`` for every run's set size, the
+    empty set and sizes below an overlap threshold included."""
+    from daskjoin.kernels.sets import local
+    from daskjoin.kernels.sets.measures import meets
+
+    if measure != "overlap" and p > q:
+        pytest.skip("a normalised measure's threshold is at most 1")
+    threshold = Threshold(measure, p, q)
+    sizes = np.array([0, 1, 2, 3, 5, 40, 1000], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    runs = local._Runs(np.arange(len(sizes) + 1), local.Flat.of(np.arange(int(offsets[-1])), offsets))
+    code, pp, qq = threshold.args()
+    want = [bool(meets(n, n, n, code, pp, qq)) for n in sizes]
+    assert local._qualifying_runs(runs, threshold).tolist() == want
+    assert want[0] is False and any(want)

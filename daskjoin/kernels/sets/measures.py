@@ -177,7 +177,7 @@ def matches(probe, cand, overlap, sizes_r, sizes_s, r_ids, s_ids, code: int, sel
     oi, oj, osim = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.float64)
     if n:
         with serialised():  # a parallel kernel: one launch at a time on a layer that is not thread-safe
-                _fill_matches(np.ascontiguousarray(probe), np.ascontiguousarray(cand), np.ascontiguousarray(overlap),
+            _fill_matches(np.ascontiguousarray(probe), np.ascontiguousarray(cand), np.ascontiguousarray(overlap),
                           np.ascontiguousarray(sizes_r), np.ascontiguousarray(sizes_s),
                           np.ascontiguousarray(r_ids, np.int64), np.ascontiguousarray(s_ids, np.int64),
                           np.int64(code), bool(selfjoin), oi, oj, osim)
