@@ -296,6 +296,57 @@ def test_set_store_with_a_missing_chunk(tmp_path):
         assert read_sets_range(str(tmp_path / "ids.zarr"), 10, 20).ids.tolist() == [0] * 10
 
 
+def test_set_store_with_a_truncated_or_overlong_chunk(tmp_path):
+    """The chunk files read straight from disk are checked for their size: a short or long one is damage."""
+    rng = np.random.default_rng(8)
+    sets = [list(rng.choice(60, rng.integers(1, 9), replace=False)) for _ in range(400)]
+    path = write_sets(prepare_sets(sets), tmp_path / "s.zarr")
+    for name, change in (("tokens", "truncated"), ("ids", "longer")):
+        damaged = copy_store(path, tmp_path / f"{name}.zarr")
+        chunk = os.path.join(damaged, name, "c", "0")
+        if change == "truncated":
+            truncate(chunk, os.path.getsize(chunk) - 4)
+        else:
+            with open(chunk, "ab") as f:
+                f.write(b"\0" * 8)
+        for call in (lambda: open_sets(damaged), lambda: read_sets_range(damaged, 10, 20)):
+            with pytest.raises(DamagedStoreError) as info:
+                call()
+            assert info.value.key == f"{name}/c/0" and change in str(info.value)
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_set_store_ranges_across_chunks_read_as_zarr_reads_them(tmp_path, monkeypatch, compressed):
+    """Ranges of a store of many small chunks, read straight from the files (plain chunks) or through zarr
+    (compressed ones, which the direct read leaves to zarr), give zarr's entries."""
+    from daskjoin.io import sets_store
+    from daskjoin.io.zarr_in import read_raw_entries
+
+    monkeypatch.setattr(sets_store, "TOKENS_CHUNK", 7)
+    monkeypatch.setattr(sets_store, "ROWS_CHUNK", 5)
+    rng = np.random.default_rng(9)
+    sets = [list(rng.choice(30, rng.integers(1, 6), replace=False)) for _ in range(60)]
+    path = write_sets(prepare_sets(sets), tmp_path / "s.zarr")
+    if compressed:
+        for name in ("tokens", "offsets", "ids"):
+            data = zarr.open_array(os.path.join(path, name), mode="r")[:]
+            shutil.rmtree(os.path.join(path, name))
+            zarr.create_array(store=os.path.join(path, name), data=data, chunks=(3,),
+                              compressors=[zarr.codecs.ZstdCodec()])
+    for name in ("tokens", "offsets", "ids"):
+        arr = zarr.open_array(os.path.join(path, name), mode="r")
+        raw = read_raw_entries(path, name, 0, arr.shape[0])
+        assert (raw is None) == compressed
+        if raw is not None:
+            assert raw.dtype == arr.dtype and np.array_equal(raw, arr[:])
+    whole = open_sets(path)
+    for lo, hi in ((0, 60), (3, 4), (4, 11), (10, 10), (59, 60), (17, 43)):
+        part = read_sets_range(path, lo, hi)
+        want = whole.slice(lo, hi)
+        assert part.tokens.tolist() == want.tokens.tolist() and part.ids.tolist() == want.ids.tolist()
+        assert part.offsets.tolist() == (want.offsets - want.offsets[0]).tolist()
+
+
 def test_set_store_chunks_zarr_never_wrote_are_not_damage(tmp_path):
     """Stores written before write_sets wrote every chunk lack their all-zero chunks: those still read.
 

@@ -310,6 +310,16 @@ def _store_stamp(path: str) -> tuple:
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
+def _opened(path: str):
+    """The store's checked (meta, arrays): opened once per process while its ``zarr.json`` is unchanged
+    (zarr's open of the group and its five arrays takes 5-10 ms; planning and each task ask again)."""
+    try:
+        stamp = _store_stamp(path)
+    except OSError:
+        stamp = None
+    return _open_store_cached(path, stamp) if stamp else _open_store(path)
+
+
 def _read_meta(group, path: str) -> dict:
     meta = dict(group.attrs).get("daskjoin")
     if not isinstance(meta, dict) or meta.get("kind") != "sets":
@@ -415,11 +425,17 @@ def _unwritten_zero_chunk(path: str, meta: dict, arrays: dict, name: str):
 
 
 def _read_array(path: str, meta: dict, arrays: dict, name: str, lo: int, hi: int, missing_chunks: str) -> np.ndarray:
-    """Entries ``[lo, hi)`` of one array of the store; a missing or undecodable chunk is a DamagedStoreError."""
-    from .zarr_in import read_rows
+    """Entries ``[lo, hi)`` of one array of the store; a missing or undecodable chunk is a DamagedStoreError.
 
-    return read_rows(arrays[name], path, name, lo, hi, missing_chunks,
-                     allow_missing=_unwritten_zero_chunk(path, meta, arrays, name))
+    Straight from the chunk files where the array is stored plain (as :func:`write_sets` writes it), else
+    through zarr."""
+    from .zarr_in import read_raw_entries, read_rows
+
+    allow_missing = _unwritten_zero_chunk(path, meta, arrays, name)
+    got = read_raw_entries(path, name, lo, hi, missing_chunks, allow_missing)
+    if got is not None:
+        return got
+    return read_rows(arrays[name], path, name, lo, hi, missing_chunks, allow_missing=allow_missing)
 
 
 def _mode(missing_chunks: str | None) -> str:
@@ -511,11 +527,7 @@ def read_sets_range(path, lo: int, hi: int, *, missing_chunks: str | None = None
     """
     path = os.path.abspath(os.fspath(path))
     mode = _mode(missing_chunks)
-    try:
-        stamp = _store_stamp(path)
-    except OSError:
-        stamp = None
-    meta, arrays = _open_store_cached(path, stamp) if stamp else _open_store(path)
+    meta, arrays = _opened(path)
     n = meta["n_sets"]
     for name, value in (("lo", lo), ("hi", hi)):
         if isinstance(value, bool) or not isinstance(value, Integral):
@@ -547,7 +559,7 @@ def read_offsets(path, *, missing_chunks: str | None = None) -> np.ndarray:
     """The ``offsets`` array of the set store at ``path`` (int64, n_sets + 1 entries), read with the chunk checks."""
     path = os.path.abspath(os.fspath(path))
     mode = _mode(missing_chunks)
-    meta, arrays = _open_store(path)
+    meta, arrays = _opened(path)
     return np.asarray(_read_array(path, meta, arrays, "offsets", 0, arrays["offsets"].shape[0], mode), np.int64)
 
 

@@ -24,14 +24,18 @@ PRUNED = np.int32(-1)
 
 @njit(cache=True)
 def prefix_lengths(sizes, code, p, q, for_index, larger_partners):
-    """Prefix length per set: probe prefixes, or index prefixes (tighter when partners are never smaller)."""
+    """Prefix length per set: probe prefixes, or index prefixes (tighter when partners are never smaller).
+
+    Worked out once per run of equal sizes (sets come in size order): each takes a search over
+    partner sizes, 24 ms for the ~500k sets of the KOSARAK-like collection one by one."""
     out = np.empty(len(sizes), np.int64)
+    last, length = -1, 0
     for k in range(len(sizes)):
         n = sizes[k]
-        if for_index and larger_partners:
-            out[k] = index_prefix(n, code, p, q)
-        else:
-            out[k] = probe_prefix(n, code, p, q)
+        if n != last:
+            last = n
+            length = index_prefix(n, code, p, q) if for_index and larger_partners else probe_prefix(n, code, p, q)
+        out[k] = length
     return out
 
 
