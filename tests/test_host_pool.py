@@ -124,6 +124,87 @@ def test_a_retired_pool_unlocks_its_blocks_before_they_may_be_freed():
     assert set(seen["unlocked"]) == seen["locked"]
 
 
+def _gated_register(gate: threading.Event, seen: list):
+    def register(ptr, nbytes):
+        assert gate.wait(10), "the test never opened the gate"
+        seen.append(ptr)
+    return register
+
+
+def _taken_in_a_thread(pool):
+    got = {}
+    t = threading.Thread(target=lambda: got.update(arrays=pool.arrays(SPECS)), daemon=True)
+    t.start()
+    return t, got
+
+
+def test_blocks_made_ahead_are_waited_for_and_lent_each_once():
+    gate, seen = threading.Event(), []
+    pool = HostPool(4096, max_blocks=3, register=_gated_register(gate, seen))
+    assert pool.prefill(5) == 3  # within the bound
+    assert pool.made == 3 and pool.prefill(3) == 0  # none more: they are all being made
+    t, got = _taken_in_a_thread(pool)
+    t.join(0.3)
+    assert t.is_alive()  # waits for a block made ahead, rather than falling back (the pool is "full")
+    gate.set()
+    t.join(10)
+    assert not t.is_alive() and got["arrays"] is not None
+    held = [got["arrays"], pool.arrays(SPECS), pool.arrays(SPECS)]
+    assert all(h is not None for h in held) and len({h[0].ctypes.data for h in held}) == 3
+    assert pool.arrays(SPECS) is None  # all three lent, none pending: the caller falls back
+    assert len(seen) == 3 and pool.made == 3
+
+
+def test_a_registration_failing_ahead_turns_the_pool_off_and_wakes_the_waiting():
+    gate = threading.Event()
+
+    def refuse(ptr, nbytes):
+        gate.wait(10)
+        raise RuntimeError("page-locked memory capped")
+
+    pool = HostPool(4096, max_blocks=2, register=refuse)
+    assert pool.prefill(2, threads=1) == 2
+    t, got = _taken_in_a_thread(pool)
+    t.join(0.3)
+    assert t.is_alive()
+    gate.set()
+    t.join(10)
+    assert not t.is_alive() and got["arrays"] is None
+    assert not pool.enabled and pool.made == 0
+
+
+def test_blocks_made_ahead_of_a_retired_pool_are_unlocked_not_lent():
+    gate, seen, unlocked = threading.Event(), [], []
+    pool = HostPool(4096, max_blocks=2, register=_gated_register(gate, seen), unregister=unlocked.append)
+    pool.prefill(2)
+    t, got = _taken_in_a_thread(pool)
+    t.join(0.3)
+    pool.retire()
+    t.join(10)
+    assert not t.is_alive() and got["arrays"] is None  # woken by the retirement, lent nothing
+    gate.set()
+    for _ in range(100):
+        if pool.made == 0:
+            break
+        threading.Event().wait(0.05)
+    assert pool.made == 0 and pool.free == 0 and sorted(unlocked) == sorted(seen)
+
+
+def test_prefill_for_a_task_makes_a_block_a_transfer_batch(fake_cupy):
+    from daskjoin.kernels.registry import transfer_pairs
+
+    step = transfer_pairs()
+    assert host_pool.prefill_for(0) == 0 and host_pool.prefill_for(step * host_pool.MIN_FILL / 2) == 0
+    assert host_pool.prefill_for(2.5 * step) == 3
+    pool = host_pool.batch_pool()
+    for _ in range(100):
+        if pool.free == 3:
+            break
+        threading.Event().wait(0.05)
+    assert pool.free == 3 and pool.made == 3
+    assert host_pool.prefill_for(10**9 * step) == pool.max_blocks - 3  # the pool's bound
+
+
 def test_a_block_coming_back_in_a_thread_that_holds_the_lock_does_not_deadlock():
     """The garbage collector may run a lease's finalizer inside the pool's own locked region."""
     pool = HostPool(4096, max_blocks=1)

@@ -235,9 +235,20 @@ def _note_retries(result, attempts: int):
     return result
 
 
+def _blocks_ahead(part, turn) -> None:
+    """A GPU task's page-locked host blocks for its batches made on background threads while its kernel runs
+    (:func:`~daskjoin.kernels.host_pool.prefill_for`), sized by the partition's estimated pairs."""
+    pairs = getattr(part, "est_pairs", None)
+    if turn is not None and turn.held and pairs:
+        from ..kernels.host_pool import prefill_for
+
+        prefill_for(pairs)
+
+
 @_task_body
 def partition_frame(part, job, turn=None):
     """The pairs of one partition as a DataFrame (the body of each ``dd.from_map`` task)."""
+    _blocks_ahead(part, turn)
     # a frame holds its partition whole anyway: the batches joined once and sorted once (no pieces)
     whole = sorted_whole(job.batches(part, sort_rows(job)))
     if whole is None:
@@ -257,6 +268,7 @@ def partition_to_parquet(part, job, out_dir: str, turn=None) -> list[dict]:
     return their manifest entries."""
     from ..io.parquet_out import write_partition
 
+    _blocks_ahead(part, turn)
     clock = [0.0]
     # closed on failure too: a spilled sort's runs are removed at once, not when the traceback is collected
     with contextlib.closing(_sorted_pieces(job, part)) as pieces:
