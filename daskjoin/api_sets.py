@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from .api import JoinResult, check_output, write_join
 from .execution import graph
-from .execution.resources import auto_budget, choose_backend, cluster_threads, worker_info
+from .execution.resources import auto_budget, choose_backend, cluster_threads, task_slots, worker_info
 from .io.set_inputs import SetInput, aligned_inputs, open_set_input
 from .kinds.sets import SetJob
 from .options import GPU_OPTIONS as _GPU_OPTIONS, OUTPUTS, check_options, resolve
@@ -33,10 +33,13 @@ def _plan(a: SetInput, b: SetInput | None, threshold: Threshold, *, algorithm, b
     workers = worker_info(client)
     if budget == "auto":
         budget = auto_budget(client, workers)
-    backend, _on_gpu = choose_backend(backend, client, workers)
+    backend, on_gpu = choose_backend(backend, client, workers)
+    # tasks on one GPU take turns (execution.task._GpuTurn): blocks beyond the GPUs only repeat the index work
+    # of the sets they share (KOSARAK-like 600k at Jaccard 0.9 on an H200: 3 blocks 0.24 s, the kernel 0.11 s)
+    threads = task_slots(client, True, workers) if on_gpu else cluster_threads(client, workers)
     return make_set_plan(a.sizes, a.tokens, None if b is None else b.sizes, 0 if b is None else b.tokens, threshold,
                          algorithm=algorithm, backend=backend, budget=budget,
-                         threads=cluster_threads(client, workers), partitions=partitions, gpu_options=gpu_options)
+                         threads=threads, partitions=partitions, gpu_options=gpu_options)
 
 
 def _checked(a, b, opts: dict):
@@ -118,7 +121,8 @@ def set_similarity_join(a, b=None, *, threshold, measure: str = "jaccard", metho
     client, out, overwrite, progress, memory_budget, resume
         As in :func:`daskjoin.similarity_join`.
     partitions : int, optional
-        Number of size-range partitions (default: from the memory budget and the cluster's threads).
+        Number of size-range partitions (default: from the memory budget and the cluster's task threads,
+        or its GPUs where the sets are verified on GPUs).
     gpu_options : dict, optional
         ``verify``: "block" (default), "thread" or "intersect_path" (the paper's alternatives B, A, C);
         ``block``: threads per block (32); ``chunk_candidates``: candidates per verified chunk.

@@ -560,3 +560,20 @@ def test_plan_set_join_explains_without_running(tmp_path):
     assert plan.explain().startswith("set-similarity self-join: jaccard >= 1/2")
     assert dj.set_similarity_join(store, threshold=0.5, method="allpairs", backend="cpu", partitions=2,
                                   output="count") == 2
+
+
+def test_set_plans_split_for_the_task_threads_on_cpus_and_for_the_gpus_on_gpus(monkeypatch):
+    """Tasks on one GPU take turns, so a GPU plan splits the sets only for more GPUs; a CPU plan for its
+    task threads (the memory budget may ask for more either way)."""
+    from daskjoin import api_sets
+
+    rng = np.random.default_rng(3)
+    docs = [list(rng.choice(50, rng.integers(1, 12), replace=False)) for _ in range(400)]
+    monkeypatch.setattr(api_sets, "cluster_threads", lambda client, workers: 8)
+    monkeypatch.setattr(api_sets, "task_slots", lambda client, on_gpu, workers: 1)
+    monkeypatch.setattr(api_sets, "worker_info", lambda client: {})
+    for on_gpu, parts in ((False, 4), (True, 1)):
+        monkeypatch.setattr(api_sets, "choose_backend",
+                            lambda backend, client, workers, on_gpu=on_gpu: ("gpu" if on_gpu else "cpu", on_gpu))
+        plan = dj.plan_set_join(docs, threshold=0.5, memory_budget="1GiB")
+        assert len(plan.parts_a) == parts
