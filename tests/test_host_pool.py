@@ -170,7 +170,48 @@ def test_a_registration_failing_ahead_turns_the_pool_off_and_wakes_the_waiting()
     gate.set()
     t.join(10)
     assert not t.is_alive() and got["arrays"] is None
-    assert not pool.enabled and pool.made == 0
+    assert _soon(lambda: pool.made == 0) and not pool.enabled
+
+
+def _soon(check, seconds: float = 5.0) -> bool:
+    """Whether ``check()`` holds within ``seconds`` (background makers finish on their own time)."""
+    for _ in range(int(seconds / 0.05)):
+        if check():
+            return True
+        threading.Event().wait(0.05)
+    return check()
+
+
+def test_blocks_that_cannot_be_made_ahead_leave_nothing_to_wait_for(monkeypatch):
+    """No thread to be had: the prefill takes its count back, and batches make their own blocks."""
+    pool = HostPool(4096, max_blocks=2)
+
+    def no_thread(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    assert pool.prefill(2) == 0
+    assert pool.made == 0
+    got = pool.arrays(SPECS)
+    assert got is not None and pool.made == 1
+
+
+def test_a_block_made_ahead_is_never_between_pending_and_free(monkeypatch):
+    """A batch asking while a made-ahead block is being handed over gets it, never falls back."""
+    gate, seen = threading.Event(), []
+    pool = HostPool(4096, max_blocks=1, register=_gated_register(gate, seen))
+    give = pool._give
+
+    def slow_give(block):  # a hand-over in two steps would leave a gap here
+        threading.Event().wait(0.3)
+        give(block)
+
+    monkeypatch.setattr(pool, "_give", slow_give)
+    pool.prefill(1)
+    gate.set()
+    assert _soon(lambda: len(seen) == 1)
+    threading.Event().wait(0.1)  # a batch asking now, while a two-step hand-over would be in its gap
+    assert pool.arrays(SPECS) is not None
 
 
 def test_blocks_made_ahead_of_a_retired_pool_are_unlocked_not_lent():
@@ -183,11 +224,8 @@ def test_blocks_made_ahead_of_a_retired_pool_are_unlocked_not_lent():
     t.join(10)
     assert not t.is_alive() and got["arrays"] is None  # woken by the retirement, lent nothing
     gate.set()
-    for _ in range(100):
-        if pool.made == 0:
-            break
-        threading.Event().wait(0.05)
-    assert pool.made == 0 and pool.free == 0 and sorted(unlocked) == sorted(seen)
+    assert _soon(lambda: pool.made == 0 and len(unlocked) == len(seen) == 2)
+    assert pool.free == 0 and sorted(unlocked) == sorted(seen)
 
 
 def test_prefill_for_a_task_makes_a_block_a_transfer_batch(fake_cupy):
@@ -197,11 +235,7 @@ def test_prefill_for_a_task_makes_a_block_a_transfer_batch(fake_cupy):
     assert host_pool.prefill_for(0) == 0 and host_pool.prefill_for(step * host_pool.MIN_FILL / 2) == 0
     assert host_pool.prefill_for(2.5 * step) == 3
     pool = host_pool.batch_pool()
-    for _ in range(100):
-        if pool.free == 3:
-            break
-        threading.Event().wait(0.05)
-    assert pool.free == 3 and pool.made == 3
+    assert _soon(lambda: pool.free == 3) and pool.made == 3
     assert host_pool.prefill_for(10**9 * step) == pool.max_blocks - 3  # the pool's bound
 
 

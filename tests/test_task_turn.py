@@ -58,5 +58,8 @@ def test_the_turn_goes_back_when_the_writing_stops_early_or_the_producer_fails()
     assert not turn.held
 
 
-def test_without_a_turn_the_pieces_pass_unchanged():
-    assert list(task._timed(iter("abc"), [0.0], None)) == ["a", "b", "c"]
+def test_without_a_turn_the_pieces_pass_unchanged_and_none_is_made_ahead():
+    log = []
+    for piece in task._timed(_pieces(3, log), [0.0], None):
+        log.append(f"handed {piece}")
+    assert log == ["made 0", "handed 0", "made 1", "handed 1", "made 2", "handed 2"]

@@ -282,9 +282,10 @@ def _timed(items, clock: list, turn=None):
     """``items`` passed on, the time spent producing them added to ``clock[0]``; the GPU ``turn`` given
     back as soon as the last is produced (the writing that remains needs no device).
 
-    One item is produced ahead of the one passed on, so the end is seen before the last item waits for
-    a writer: a task holding the turn while its last pieces waited for writer threads left the GPU idle
-    between tasks (0.3 s of the 20M x 3-d join to Parquet on an H200, the writers short of work after).
+    With a turn, one item is produced ahead of the one passed on, so the end is seen before the last
+    item waits for a writer: a task holding the turn while its last pieces waited for writer threads left
+    the GPU idle between tasks (0.3 s of the 20M x 3-d join to Parquet on an H200, the writers short of
+    work after).  Without one (CPU tasks) nothing is held ahead.
     """
     def produce():
         start = time.perf_counter()
@@ -295,14 +296,15 @@ def _timed(items, clock: list, turn=None):
         finally:
             clock[0] += time.perf_counter() - start
 
+    ahead = turn is not None and turn.held
     try:
         item = produce()
         while item is not _END:
-            following = produce()
-            if following is _END and turn is not None:
+            following = produce() if ahead else None
+            if following is _END:
                 turn.release()
             yield item
-            item = following
+            item = following if ahead else produce()
     finally:
         if turn is not None:
             turn.release()

@@ -311,8 +311,10 @@ def _store_stamp(path: str) -> tuple:
 
 
 def _opened(path: str):
-    """The store's checked (meta, arrays): opened once per process while its ``zarr.json`` is unchanged
-    (zarr's open of the group and its five arrays takes 5-10 ms; planning and each task ask again)."""
+    """The store's checked (meta, arrays): opened once per process while its group ``zarr.json`` is unchanged
+    (zarr's open of the group and its five arrays takes 5-10 ms; planning and each task ask again).  A store
+    is replaced whole (``write_sets`` commits a new folder), which changes that file; an array's metadata
+    edited in place is not noticed by a process that opened the store before."""
     try:
         stamp = _store_stamp(path)
     except OSError:

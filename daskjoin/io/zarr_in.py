@@ -186,16 +186,21 @@ def parse_raw_layout(folder: str, meta: dict, shape: tuple, dtype: str, chunk_ro
     chunks = list((grid.get("configuration") or {}).get("chunk_shape") or ())
     if grid.get("name") != "regular" or chunks != [chunk_rows, shape[1]]:
         return None
-    codecs = meta.get("codecs")
-    if not (isinstance(codecs, list) and len(codecs) == 1 and isinstance(codecs[0], dict)
-            and codecs[0].get("name") == "bytes"
-            and (codecs[0].get("configuration") or {}).get("endian", "little") == "little"):
+    if not _plain_bytes(meta):
         return None
     key = _key_format(meta)
     if key is None:
         return None
     prefix, separator = key
     return RawLayout(folder, int(chunk_rows), int(shape[1]) * np.dtype(dtype).itemsize, prefix, separator)
+
+
+def _plain_bytes(meta: dict) -> bool:
+    """Whether a v3 array's chunks are its elements' little-endian bytes, uncompressed, on this little-endian host."""
+    codecs = meta.get("codecs")
+    return (sys.byteorder == "little" and isinstance(codecs, list) and len(codecs) == 1
+            and isinstance(codecs[0], dict) and codecs[0].get("name") == "bytes"
+            and (codecs[0].get("configuration") or {}).get("endian", "little") == "little")
 
 
 _METADATA: dict = {}  # (folder, metadata token) -> parsed zarr.json / .zarray; plain dict operations only (threads)
@@ -453,7 +458,7 @@ if hasattr(os, "register_at_fork"):
 class _BadChunk(Exception):
     """A chunk file read straight from disk is missing or not what the layout says (turned into DamagedStoreError)."""
 
-    def __init__(self, index: int, found: str | None):
+    def __init__(self, index: tuple, found: str | None):
         super().__init__(index, found)
         self.index, self.found = index, found  # found None: the file is missing
 
@@ -501,22 +506,37 @@ def read_raw(source: "ZarrSource", start: int, stop: int, empty=None) -> np.ndar
     pieces = []
     for c in range(start // size, (stop - 1) // size + 1):
         lo, hi = max(start, c * size), min(stop, (c + 1) * size)
-        pieces.append((c, layout.chunk_file(c), size * rb, (lo - c * size) * rb,
+        pieces.append(((c, 0), layout.chunk_file(c), size * rb, (lo - c * size) * rb,
                        view[(lo - start) * rb:(hi - start) * rb]))
+
+    def grid() -> ChunkGrid:
+        return ChunkGrid(layout.folder, tuple(source.shape), (layout.chunk_rows, source.d), layout.key_prefix,
+                         layout.separator)
+
+    def may_fill(index) -> bool:
+        return source.missing_chunks == "fill"
+
+    return out if _read_pieces(pieces, source.store_path, source.array_path, grid, may_fill) else None
+
+
+def _read_pieces(pieces, store_path: str, array_path: str, grid, may_fill) -> bool:
+    """Read ``pieces`` (``(grid index, file, chunk bytes, offset, view)``, :func:`_read_piece`), concurrently.
+
+    False where a chunk is missing and ``may_fill(index)`` says zarr is to read it as the fill value (a
+    chunk never written); a missing chunk otherwise, or one of the wrong size, is a :class:`DamagedStoreError`
+    (``grid()`` gives the :class:`ChunkGrid` that names it)."""
     try:
         if len(pieces) == 1:
             _read_piece(pieces[0])
         else:
             list(_pool().map(_read_piece, pieces))
     except _BadChunk as bad:
-        if bad.found is None and source.missing_chunks == "fill":
-            return None  # a chunk never written: zarr knows its fill value
-        grid = ChunkGrid(layout.folder, tuple(source.shape), (layout.chunk_rows, source.d),
-                         layout.key_prefix, layout.separator)
+        if bad.found is None and may_fill(bad.index):
+            return False
         if bad.found is None:
-            raise missing_chunk_error(source.store_path, source.array_path, grid, (bad.index, 0)) from None
-        raise bad_chunk_error(source.store_path, source.array_path, grid, (bad.index, 0), bad.found) from None
-    return out
+            raise missing_chunk_error(store_path, array_path, grid(), bad.index) from None
+        raise bad_chunk_error(store_path, array_path, grid(), bad.index, bad.found) from None
+    return True
 
 
 #: element types a 1-D array may have to be read straight from its chunk files
@@ -526,12 +546,7 @@ _ENTRY_TYPES = frozenset({"int32", "int64", "float32", "float64"})
 def _entries_grid(folder: str) -> ChunkGrid | None:
     """The grid of a 1-D v3 array in ``folder`` whose chunk files are its entries' little-endian bytes, or None."""
     meta = array_metadata(folder)
-    if meta is None or meta.get("data_type") not in _ENTRY_TYPES or sys.byteorder != "little":
-        return None
-    codecs = meta.get("codecs")
-    if not (isinstance(codecs, list) and len(codecs) == 1 and isinstance(codecs[0], dict)
-            and codecs[0].get("name") == "bytes"
-            and (codecs[0].get("configuration") or {}).get("endian", "little") == "little"):
+    if meta is None or meta.get("data_type") not in _ENTRY_TYPES or not _plain_bytes(meta):
         return None
     grid = chunk_grid(folder)
     return grid if grid is not None and len(grid.shape) == 1 else None
@@ -560,21 +575,13 @@ def read_raw_entries(store_path: str, array_path: str, start: int, stop: int, mi
     pieces = []
     for (c,) in grid.covering(start, stop):
         lo, hi = max(start, c * size), min(stop, (c + 1) * size)
-        pieces.append((c, grid.path((c,)), size * width, (lo - c * size) * width,
+        pieces.append(((c,), grid.path((c,)), size * width, (lo - c * size) * width,
                        view[(lo - start) * width:(hi - start) * width]))
-    try:
-        if len(pieces) == 1:
-            _read_piece(pieces[0])
-        else:
-            list(_pool().map(_read_piece, pieces))
-    except _BadChunk as bad:
-        if bad.found is None and (missing_chunks == "fill" or (allow_missing is not None
-                                                               and allow_missing((bad.index,)))):
-            return None  # a chunk never written: zarr knows its fill value
-        if bad.found is None:
-            raise missing_chunk_error(store_path, array_path, grid, (bad.index,)) from None
-        raise bad_chunk_error(store_path, array_path, grid, (bad.index,), bad.found) from None
-    return out
+
+    def may_fill(index) -> bool:
+        return missing_chunks == "fill" or (allow_missing is not None and bool(allow_missing(index)))
+
+    return out if _read_pieces(pieces, store_path, array_path, lambda: grid, may_fill) else None
 
 
 def _zarr_source(arr, label: str) -> Source:

@@ -32,6 +32,8 @@ ALIGN = 64
 #: a batch takes a block only if it fills at least this share of it: a small join's frame may hold its batch
 #: for long, and must not hold a whole block of page-locked memory for a few pairs
 MIN_FILL = 0.25
+#: seconds a batch waits for a block being made ahead before it takes the caller's fallback (one takes ~40 ms)
+WAIT_S = 2.0
 
 
 class _Lease:
@@ -108,7 +110,10 @@ class HostPool:
                     break
                 if not self._pending:
                     return None
-                self._ready.wait()  # the pool is full of blocks lent or being made ahead: one is nearly ready
+                # the pool is full of blocks lent or being made ahead: one is nearly ready (a maker that never
+                # delivers, whatever the reason, costs one wait, then the caller's fallback)
+                if not self._ready.wait(timeout=WAIT_S):
+                    return None
             if self._free:
                 return self._free.pop()
         block = self._new_block()
@@ -143,20 +148,42 @@ class HostPool:
 
         def make(count: int) -> None:
             for _ in range(count):
-                block = self._new_block() if self.enabled and not self.retired else None
-                with self._lock:
-                    self._pending -= 1
-                    if block is None:
-                        self._made -= 1
-                        self._ready.notify_all()
-                if block is not None:
-                    self._give(block)
+                block = None
+                try:
+                    block = self._new_block() if self.enabled and not self.retired else None
+                finally:
+                    self._delivered(block)
 
         threads = max(1, min(int(threads), want))
+        started = 0
         for t in range(threads):
             share = want // threads + (t < want % threads)
-            threading.Thread(target=make, args=(share,), name="daskjoin-host-pool", daemon=True).start()
+            try:
+                threading.Thread(target=make, args=(share,), name="daskjoin-host-pool", daemon=True).start()
+            except RuntimeError:  # no thread to be had (a process at its limit, or shutting down)
+                with self._lock:
+                    unmade = want - started
+                    self._made -= unmade
+                    self._pending -= unmade
+                    self._ready.notify_all()
+                return started
+            started += share
         return want
+
+    def _delivered(self, block: np.ndarray | None) -> None:
+        """A block made ahead (None: not made) leaves the pending count and joins the free ones, in one step, so a
+        batch never sees it neither pending nor free; every waiter is told (one may find the pool off)."""
+        release = False
+        with self._lock:
+            self._pending -= 1
+            if block is None or self.retired:
+                self._made -= 1
+                release = block is not None
+            else:
+                self._free.append(block)
+            self._ready.notify_all()
+        if release:
+            self._release(block)
 
     def retire(self) -> None:
         """No more lending: free blocks unlocked now, lent ones when they come back."""
@@ -229,7 +256,8 @@ def pool_bytes() -> int:
     return max(0, config.parse_bytes(wanted))
 
 
-#: blocks beyond the writer threads' pieces in flight: the batch being copied, a task's held remainder, the next task
+#: blocks beyond the writer threads' pieces in flight: the batch being copied, the piece a GPU task makes ahead of
+#: the one it hands on (execution.task._timed), a task's held remainder, the next task
 SPARE_BLOCKS = 4
 
 
