@@ -6,6 +6,8 @@ overlap comes from the GPU queue's asynchrony instead of extra host threads.
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 import numba
@@ -36,8 +38,9 @@ class Flat:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    @property
+    @functools.cached_property
     def sizes(self) -> np.ndarray:
+        """Each set's size (worked out once: a block asks for them several times, 0.4 ms each for 600k sets)."""
         return np.diff(self.offsets)
 
 
@@ -203,9 +206,12 @@ def _self_matches(sizes, code, p, q):
     """``meets(n, n, n)`` for every size: one compiled loop (a Python loop of calls took 0.27 s for the ~500k
     distinct sets of the KOSARAK-like collection)."""
     out = np.empty(sizes.shape[0], np.bool_)
+    last, hit = -1, False
     for k in range(sizes.shape[0]):
         n = sizes[k]
-        out[k] = meets(n, n, n, code, p, q)
+        if n != last:  # sets come in size order: once per run of equal sizes
+            last, hit = n, meets(n, n, n, code, p, q)
+        out[k] = hit
     return out
 
 
