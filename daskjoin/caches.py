@@ -25,6 +25,7 @@ CAPS = {
     "opened": 256,          # io.zarr_in: (absolute path, metadata token, missing-chunks mode) -> ZarrSource
     "zarr-arrays": 64,      # io.zarr_in: (store path, array path, token) -> open zarr array
     "set-stores": 32,       # io.sets_store: (path, stamp) -> (meta, arrays)
+    "set-work": 64,         # api_sets: (store, its state, threshold, first matchable set) -> filtering work bound
     "frames": 16,           # execution.graph: cache key -> (owner, Dask DataFrame)
     "flock": 64,            # io.commit: device id -> whether flock works on that file system
     "gpu-seen": 64,         # api: (client id, worker addresses) -> {worker: sees a GPU}

@@ -572,6 +572,7 @@ def test_set_plans_split_for_the_task_threads_on_cpus_and_for_the_gpus_on_gpus(m
     monkeypatch.setattr(api_sets, "cluster_threads", lambda client, workers: 8)
     monkeypatch.setattr(api_sets, "task_slots", lambda client, on_gpu, workers: 1)
     monkeypatch.setattr(api_sets, "worker_info", lambda client: {})
+    monkeypatch.setattr(api_sets, "_work", lambda a, threshold, start: (5e9, 100))  # between small and large
     for on_gpu, parts in ((False, 4), (True, 1)):
         monkeypatch.setattr(api_sets, "choose_backend",
                             lambda backend, client, workers, on_gpu=on_gpu: ("gpu" if on_gpu else "cpu", on_gpu))

@@ -565,6 +565,22 @@ def read_offsets(path, *, missing_chunks: str | None = None) -> np.ndarray:
     return np.asarray(_read_array(path, meta, arrays, "offsets", 0, arrays["offsets"].shape[0], mode), np.int64)
 
 
+def read_freq(path, *, missing_chunks: str | None = None) -> np.ndarray:
+    """The ``freq`` array of the set store at ``path`` (sets holding each rank), without its vocabulary."""
+    path = os.path.abspath(os.fspath(path))
+    meta, arrays = _opened(path)
+    return np.asarray(_read_array(path, meta, arrays, "freq", 0, arrays["freq"].shape[0], _mode(missing_chunks)),
+                      np.int64)
+
+
+def store_state(path) -> tuple | None:
+    """What identifies the set store at ``path`` as it is now (its ``zarr.json``'s inode, time and size), or None."""
+    try:
+        return _store_stamp(os.path.abspath(os.fspath(path)))
+    except OSError:
+        return None
+
+
 def read_vocab(path, *, missing_chunks: str | None = None) -> tuple[np.ndarray, np.ndarray, str]:
     """(vocab, freq, vocab kind) of the set store at ``path``, without reading its sets.
 
@@ -589,5 +605,5 @@ def read_vocab(path, *, missing_chunks: str | None = None) -> tuple[np.ndarray, 
     return vocab, freq, meta["vocab_kind"]
 
 
-__all__ = ["SetCollection", "check_collection", "is_set_store", "open_sets", "read_offsets", "read_sets_range",
-           "read_vocab", "write_sets"]
+__all__ = ["SetCollection", "check_collection", "is_set_store", "open_sets", "read_freq", "read_offsets",
+           "read_sets_range", "read_vocab", "store_state", "write_sets"]

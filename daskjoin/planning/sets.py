@@ -54,6 +54,9 @@ class SetPlan:
     budget: int
     gpu_options: tuple = ()
     group_copies: bool = True
+    #: bound on the postings the filter scans (:mod:`.set_work`) and the sets it was sampled from; None: not estimated
+    work: float | None = None
+    work_sample: int = 0
 
     @property
     def ntasks(self) -> int:
@@ -73,6 +76,9 @@ class SetPlan:
             f"  {self.unmatchable:,} set(s) too small to reach the threshold are skipped",
             f"  memory budget per task {self.budget / 2**20:,.0f} MiB",
         ]
+        if self.work is not None:
+            lines.append(f"  filtering work: at most ~{self.work:.2g} postings scanned (from {self.work_sample:,} sampled "
+                         f"sets): {work_cut(self.work)}")
         return "\n".join(lines)
 
 
@@ -104,11 +110,40 @@ def split_ranges(sizes: np.ndarray, start: int, k: int) -> tuple:
     return tuple((int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]))
 
 
-def partition_count(tokens: int, n_sets: int, budget: int, n_threads: int, forced: int | None) -> int:
+#: filtering work (postings bound, :mod:`.set_work`) below which one block is cut for the task threads: the
+#: blocks' fixed costs outweigh their parallelism (KOSARAK-like 600k at 0.9, 3.5e8: one block 0.11 s to Parquet,
+#: three 0.12 s, twenty-one 0.14 s on the 2-core VM)
+SMALL_WORK = 1e9
+#: and from which three partitions per task thread are cut: blocks of unequal work (the small sets' self-join
+#: holds most of it) balance over the threads, and one block's sort and writes overlap the others' filtering
+#: (KOSARAK-like at 0.5, 1.2e10: to Parquet 3.49 s as 2 partitions, 3.16 s as 4, 3.01 s as 6; count 2.29 / 2.18 s)
+LARGE_WORK = 1e10
+
+
+def work_cut(work: float | None) -> str:
+    """What the filtering work makes of the cut for the task threads (explain())."""
+    if work is None:
+        return "not estimated"
+    if work < SMALL_WORK:
+        return "small, so one partition unless memory asks for more"
+    if work >= LARGE_WORK:
+        return "large, so three partitions per task thread"
+    return "partitions for the task threads"
+
+
+def partition_count(tokens: int, n_sets: int, budget: int, n_threads: int, forced: int | None,
+                    work: float | None = None) -> int:
+    """Size-range partitions: ``forced``, else as many as the memory budget needs and at least what the task
+    threads and the filtering ``work`` (:data:`SMALL_WORK`, :data:`LARGE_WORK`; None: not estimated) ask."""
     if forced is not None:
         return max(1, int(forced))
     by_memory = math.ceil((tokens * BYTES_PER_TOKEN + n_sets * BYTES_PER_SET * 2) / max(budget, 1))
-    by_threads = 1 if n_threads <= 1 else math.ceil(math.sqrt(2 * n_threads))
+    if n_threads <= 1 or (work is not None and work < SMALL_WORK):
+        by_threads = 1
+    elif work is not None and work >= LARGE_WORK:
+        by_threads = 3 * n_threads
+    else:
+        by_threads = math.ceil(math.sqrt(2 * n_threads))
     return max(1, by_memory, by_threads)
 
 
@@ -150,11 +185,16 @@ def cross_blocks(sizes_a, parts_a, sizes_b, parts_b, threshold: Threshold) -> tu
 
 def make_set_plan(sizes_a: np.ndarray, tokens_a: int, sizes_b: np.ndarray | None, tokens_b: int,
                   threshold: Threshold, *, algorithm: str, backend: str, budget: int, threads: int,
-                  partitions: int | None, gpu_options: dict) -> SetPlan:
-    """The blocks of a set join (``sizes_b=None``: a self-join) from the sets' sizes alone."""
+                  partitions: int | None, gpu_options: dict, work=None) -> SetPlan:
+    """The blocks of a set join (``sizes_b=None``: a self-join) from the sets' sizes, and for a self-join the
+    filtering ``work`` where given: ``work(start)`` gives (postings bound, sets sampled) for the sets that
+    can match from stored set ``start`` on (:func:`.set_work.postings_bound`)."""
     start_a = matchable_from(sizes_a, threshold)
+    bound, sampled = None, 0
     if sizes_b is None:
-        k = partition_count(tokens_a, len(sizes_a), budget, threads, partitions)
+        if work is not None and partitions is None:
+            bound, sampled = work(start_a)
+        k = partition_count(tokens_a, len(sizes_a), budget, threads, partitions, bound)
         parts_a = split_ranges(sizes_a, start_a, k)
         parts_b = ()
         blocks, pruned = self_blocks(sizes_a, parts_a, threshold)
@@ -170,4 +210,4 @@ def make_set_plan(sizes_a: np.ndarray, tokens_a: int, sizes_b: np.ndarray | None
     return SetPlan(threshold=threshold, algorithm=algorithm, backend=backend, selfjoin=sizes_b is None,
                    n_a=len(sizes_a), n_b=0 if sizes_b is None else len(sizes_b), parts_a=parts_a, parts_b=parts_b,
                    blocks=blocks, pruned=pruned, unmatchable=unmatchable, budget=int(budget),
-                   gpu_options=tuple(sorted(gpu_options.items())))
+                   gpu_options=tuple(sorted(gpu_options.items())), work=bound, work_sample=sampled)
