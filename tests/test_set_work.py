@@ -52,7 +52,8 @@ def test_the_cut_follows_the_work():
     assert partition_count(1000, 100, 1 << 30, 8, None, SMALL_WORK / 2) == 1
     assert partition_count(1000, 100, 1 << 30, 8, None, SMALL_WORK * 2) == 4  # ceil(sqrt(2 x 8))
     assert partition_count(1000, 100, 1 << 30, 8, None, None) == 4  # not estimated: as before
-    assert partition_count(1000, 100, 1 << 30, 8, None, LARGE_WORK) == 24
+    assert partition_count(1000, 100, 1 << 30, 8, None, LARGE_WORK) == 12  # ceil(sqrt(2 x 9 x 8)): ~9 blocks a thread
+    assert partition_count(1000, 100, 1 << 30, 2, None, LARGE_WORK) == 6
     assert partition_count(1000, 100, 1 << 30, 1, None, LARGE_WORK) == 1  # one task thread: no cut for threads
     assert partition_count(1000, 100, 1 << 30, 8, 3, LARGE_WORK) == 3  # asked for
     assert partition_count(10**8, 100, 64 * mb, 8, None, SMALL_WORK / 2) > 1  # the memory budget still cuts

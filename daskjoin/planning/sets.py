@@ -114,10 +114,13 @@ def split_ranges(sizes: np.ndarray, start: int, k: int) -> tuple:
 #: blocks' fixed costs outweigh their parallelism (KOSARAK-like 600k at 0.9, 3.5e8: one block 0.11 s to Parquet,
 #: three 0.12 s, twenty-one 0.14 s on the 2-core VM)
 SMALL_WORK = 1e9
-#: and from which three partitions per task thread are cut: blocks of unequal work (the small sets' self-join
-#: holds most of it) balance over the threads, and one block's sort and writes overlap the others' filtering
-#: (KOSARAK-like at 0.5, 1.2e10: to Parquet 3.49 s as 2 partitions, 3.16 s as 4, 3.01 s as 6; count 2.29 / 2.18 s)
+#: and from which about nine blocks per task thread are cut (k partitions make up to k(k+1)/2 blocks): blocks of
+#: unequal work (the small sets' self-join holds most of it) balance over the threads, and one block's sort and
+#: writes overlap the others' filtering (KOSARAK-like at 0.5, 1.2e10, two task threads: to Parquet 3.49 s as
+#: 2 partitions, 3.16 s as 4, 3.01 s as 6 (2.96 s against 3.29 s as 5 in another run); count 2.29 / 2.18 s)
 LARGE_WORK = 1e10
+#: blocks per task thread for large work
+LARGE_BLOCKS_PER_THREAD = 9
 
 
 def work_cut(work: float | None) -> str:
@@ -127,7 +130,7 @@ def work_cut(work: float | None) -> str:
     if work < SMALL_WORK:
         return "small, so one partition unless memory asks for more"
     if work >= LARGE_WORK:
-        return "large, so three partitions per task thread"
+        return f"large, so about {LARGE_BLOCKS_PER_THREAD} blocks per task thread"
     return "partitions for the task threads"
 
 
@@ -141,7 +144,7 @@ def partition_count(tokens: int, n_sets: int, budget: int, n_threads: int, force
     if n_threads <= 1 or (work is not None and work < SMALL_WORK):
         by_threads = 1
     elif work is not None and work >= LARGE_WORK:
-        by_threads = 3 * n_threads
+        by_threads = math.ceil(math.sqrt(2 * LARGE_BLOCKS_PER_THREAD * n_threads))
     else:
         by_threads = math.ceil(math.sqrt(2 * n_threads))
     return max(1, by_memory, by_threads)
