@@ -46,10 +46,14 @@ def _plan(a: SetInput, b: SetInput | None, threshold: Threshold, *, algorithm, b
                          threads=threads, partitions=partitions, gpu_options=gpu_options, work=work)
 
 
-def _work(a: SetInput, threshold: Threshold, start: int) -> tuple[float, int]:
+def _work(a: SetInput, threshold: Threshold, start: int) -> tuple[float | None, int]:
     """The filtering work of a self-join of ``a`` from stored set ``start`` on (:func:`planning.set_work.postings_bound`);
-    a store's is kept per process while the store is unchanged."""
+    a store's is kept per process while the store is unchanged.
+
+    (None, 0), not an error, where it cannot be had: a store read with missing chunks as zeros, or one whose
+    ``freq`` or sampled sets are damaged (the join's tasks never read ``freq``, and meet damaged sets themselves)."""
     from .planning.set_work import postings_bound
+    from .validation import InputError
 
     def read(lo: int, hi: int):
         tokens, offsets, _ids = a.source.read((lo, hi))
@@ -58,14 +62,20 @@ def _work(a: SetInput, threshold: Threshold, start: int) -> tuple[float, int]:
     path = a.source.path
     if path is None:
         return postings_bound(a.sizes, a.collection.freq, read, threshold, start)
+    if a.source.missing_chunks == "fill":
+        return None, 0
     from .io.sets_store import read_freq, store_state
 
+    def estimate():
+        try:
+            return postings_bound(a.sizes, read_freq(path, missing_chunks="error"), read, threshold, start)
+        except (InputError, IndexError):  # DamagedStoreError is an InputError; ranks beyond freq: damaged tokens
+            return None, 0
+
     state = store_state(path)
-    key = (path, state, a.source.missing_chunks, threshold.args(), start)
     if state is None:
-        return postings_bound(a.sizes, read_freq(path, missing_chunks=a.source.missing_chunks), read, threshold, start)
-    return CACHE.get_or_build("set-work", key, lambda: postings_bound(
-        a.sizes, read_freq(path, missing_chunks=a.source.missing_chunks), read, threshold, start))
+        return estimate()
+    return CACHE.get_or_build("set-work", (path, state, threshold.args(), start), estimate)
 
 
 def _checked(a, b, opts: dict):
@@ -91,7 +101,8 @@ def plan_set_join(a, b=None, *, threshold, measure: str = "jaccard", method: str
                   client=None, algorithm: str | None = None) -> SetPlan:
     """Plan a set-similarity join without running it.
 
-    Reads only the sets' sizes (a store's ``offsets``) and, for R x S, the two vocabularies.
+    Reads the sets' sizes (a store's ``offsets``) and, for R x S, the two vocabularies; a self-join on CPUs
+    also its token frequencies and 1,024 sampled sets, to cut the plan by the filtering work (``explain()``).
 
     Parameters
     ----------

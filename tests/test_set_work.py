@@ -34,17 +34,31 @@ def test_a_sample_of_every_set_gives_the_sum_it_bounds(t):
         part = coll.slice(lo, hi)
         return part.tokens, part.offsets
 
-    got, sampled = postings_bound(sizes, coll.freq, read, thr, start, ranges=1, per=len(sizes))
+    got, sampled = postings_bound(sizes, coll.freq, read, thr, start)  # 16 x 64 cover these 300 sets: read whole
     assert sampled == len(sizes) - start and got == pytest.approx(want)
     some, few = postings_bound(sizes, coll.freq, read, thr, start, ranges=4, per=10)
-    assert few == 40 and some > 0  # a sample scaled to the matchable sets
+    assert few == 40 and want / 2 < some < 2 * want  # a sample scaled to the matchable sets
 
 
-def test_nothing_to_match_is_no_work():
+def test_nothing_to_match_is_no_work_and_no_frequencies_no_estimate():
     coll = _collection(20)
     thr = parse_threshold("jaccard", 0.5)
-    got = postings_bound(coll.sizes, coll.freq, lambda lo, hi: (None, None), thr, len(coll.sizes))
-    assert got == (0.0, 0)
+    assert postings_bound(coll.sizes, coll.freq, lambda lo, hi: (None, None), thr, len(coll.sizes)) == (0.0, 0)
+    assert postings_bound(coll.sizes, np.zeros(0, np.int64), lambda lo, hi: (None, None), thr, 0) == (None, 0)
+
+
+def test_a_damaged_freq_leaves_the_plan_unestimated_and_the_join_whole(tmp_path):
+    """Tasks never read ``freq``: its damage must not stop a join that never needed it."""
+    import os
+
+    coll = _collection()
+    want = dj.set_similarity_join(write_sets(coll, tmp_path / "whole.zarr"), threshold=0.5, backend="cpu",
+                                  output="count")
+    path = write_sets(coll, tmp_path / "s.zarr")
+    os.remove(os.path.join(path, "freq", "c", "0"))  # before any plan: an estimate is kept per store state
+    plan = dj.plan_set_join(path, threshold=0.5, backend="cpu")
+    assert plan.work is None and "filtering work" not in plan.explain()
+    assert dj.set_similarity_join(path, threshold=0.5, backend="cpu", output="count") == want
 
 
 def test_the_cut_follows_the_work():

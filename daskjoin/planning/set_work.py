@@ -21,21 +21,27 @@ SAMPLE_PER_RANGE = 64
 
 
 def postings_bound(sizes: np.ndarray, freq: np.ndarray, read, threshold, start: int,
-                   ranges: int = SAMPLE_RANGES, per: int = SAMPLE_PER_RANGE) -> tuple[float, int]:
+                   ranges: int = SAMPLE_RANGES, per: int = SAMPLE_PER_RANGE) -> tuple[float | None, int]:
     """(bound on the postings the filter scans, sets sampled) for a self-join of the stored sets ``start..n``
-    (those that can match); ``read(lo, hi)`` gives stored sets ``[lo, hi)`` as (tokens, offsets)."""
+    (those that can match); ``read(lo, hi)`` gives stored sets ``[lo, hi)`` as (tokens, offsets).  No more sets
+    than the sample would hold are read whole (the exact sum); without token frequencies, (None, 0)."""
     from ..kernels.sets.filtering import prefix_lengths  # Numba: where set plans are made, not `import daskjoin`
 
     n = len(sizes)
     matchable = n - start
-    if matchable <= 0 or len(freq) == 0:
+    if matchable <= 0:
         return 0.0, 0
+    if len(freq) == 0:
+        return None, 0
     code, p, q = threshold.args()
     freq = np.asarray(freq, np.int64)
-    firsts = np.unique(start + np.arange(ranges, dtype=np.int64) * matchable // max(1, ranges))
+    if matchable <= ranges * per:  # ranges spread over fewer sets would overlap and count sets twice
+        spans = [(start, n)]
+    else:
+        spans = [(lo, lo + per) for lo in start + np.arange(ranges, dtype=np.int64) * matchable // ranges]
     total, sampled = 0, 0
-    for lo in firsts:
-        hi = min(n, int(lo) + per)
+    for lo, hi in spans:
+        lo, hi = int(lo), min(n, int(hi))
         tokens, offsets = read(int(lo), hi)
         offsets = np.asarray(offsets, np.int64)
         counts = np.diff(offsets)
@@ -45,5 +51,5 @@ def postings_bound(sizes: np.ndarray, freq: np.ndarray, read, threshold, start: 
         first = np.repeat(offsets[:-1] - offsets[0], counts)
         keep = at - first < np.repeat(prefix, counts)
         total += int(freq[np.asarray(tokens)[keep]].sum())
-        sampled += hi - int(lo)
+        sampled += hi - lo
     return (total / sampled) * matchable if sampled else 0.0, sampled

@@ -195,7 +195,7 @@ def make_set_plan(sizes_a: np.ndarray, tokens_a: int, sizes_b: np.ndarray | None
     start_a = matchable_from(sizes_a, threshold)
     bound, sampled = None, 0
     if sizes_b is None:
-        if work is not None and partitions is None:
+        if work is not None and partitions is None and threads > 1:  # (one task thread: no cut for threads)
             bound, sampled = work(start_a)
         k = partition_count(tokens_a, len(sizes_a), budget, threads, partitions, bound)
         parts_a = split_ranges(sizes_a, start_a, k)
