@@ -10,7 +10,7 @@ from .execution import graph
 from .execution.resources import auto_budget, choose_backend, cluster_threads, task_slots, worker_info
 from .io.set_inputs import SetInput, aligned_inputs, open_set_input
 from .kinds.sets import SetJob
-from .options import GPU_OPTIONS as _GPU_OPTIONS, OUTPUTS, check_options, resolve
+from .options import GPU_OPTIONS as _GPU_OPTIONS, check_options, resolve
 from .planning.set_threshold import Threshold
 from .planning.sets import SetPlan, make_set_plan
 from .run_record import join_record
