@@ -315,10 +315,7 @@ def _opened(path: str):
     (zarr's open of the group and its five arrays takes 5-10 ms; planning and each task ask again).  A store
     is replaced whole (``write_sets`` commits a new folder), which changes that file; an array's metadata
     edited in place is not noticed by a process that opened the store before."""
-    try:
-        stamp = _store_stamp(path)
-    except OSError:
-        stamp = None
+    stamp = store_state(path)
     return _open_store_cached(path, stamp) if stamp else _open_store(path)
 
 

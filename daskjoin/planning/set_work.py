@@ -42,7 +42,7 @@ def postings_bound(sizes: np.ndarray, freq: np.ndarray, read, threshold, start: 
     total, sampled = 0, 0
     for lo, hi in spans:
         lo, hi = int(lo), min(n, int(hi))
-        tokens, offsets = read(int(lo), hi)
+        tokens, offsets = read(lo, hi)
         offsets = np.asarray(offsets, np.int64)
         counts = np.diff(offsets)
         prefix = prefix_lengths(counts, code, p, q, False, False)
