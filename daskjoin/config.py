@@ -18,8 +18,10 @@ DEFAULTS = {
         # could hold; "auto": the GPU workers for GPU tasks, the hosts for CPU tasks (a CPU task's Numba
         # kernels use every core of its host already)
         "parallel-tasks": "auto",
-        # bytes of pairs one Parquet row group holds before a task writes it out
-        "row-group-bytes": "128MiB",
+        # bytes of pairs one Parquet row group (and file) holds before a task writes it out: small enough that a
+        # partition's pieces spread over the writer threads and the last ones leave no long tail (32 MiB: 1.68M
+        # pairs, ~11 MB files; docs/algorithms.md says what larger and smaller sizes measured)
+        "row-group-bytes": "32MiB",
         # bytes of pairs a task sorts by (i, j) in memory; a larger partition is sorted in runs
         # spilled to the temporary directory and merged (output identical, memory bounded)
         # "auto": what the plan's memory budget allows (the planner sizes partitions for it), else 1 GiB
