@@ -217,7 +217,7 @@ def test_a_block_made_ahead_is_never_between_pending_and_free(monkeypatch):
 def test_blocks_made_ahead_of_a_retired_pool_are_unlocked_not_lent():
     gate, seen, unlocked = threading.Event(), [], []
     pool = HostPool(4096, max_blocks=2, register=_gated_register(gate, seen), unregister=unlocked.append)
-    pool.prefill(2)
+    pool.prefill(2, threads=2)  # both being made when the pool retires (one thread would not start the second)
     t, got = _taken_in_a_thread(pool)
     t.join(0.3)
     pool.retire()
