@@ -505,5 +505,45 @@ def main(argv=None) -> int:
         _restore_logging()  # main() may run again in this process (tests, notebooks)
 
 
+def entry() -> None:
+    """The ``daskjoin`` command (and ``python -m daskjoin``): :func:`main`, then :func:`leave`."""
+    leave(main())
+
+
+def leave(rc: int) -> None:
+    """Exit with ``rc``; after a command that succeeded and left no Dask client, without the interpreter's teardown.
+
+    Why: by then the output is written and committed (files renamed into place, ``_SUCCESS`` last), every
+    device result synchronised and any cluster this command started closed (:func:`main`'s ``finally``);
+    what remains is tearing down CUDA's context, page-locked host blocks and the interpreter, which the
+    operating system does anyway: in a GPU join to Parquet that took about half a second of the command's
+    wall time (a profile on an H200).  ``daskjoin.fast-exit`` False keeps the normal exit.
+    """
+    from . import config
+
+    if rc == 0 and config.get("fast-exit") and not _client_left():
+        import logging
+
+        logging.shutdown()  # handlers flushed and closed, as the normal exit would
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    sys.exit(rc)
+
+
+def _client_left() -> bool:
+    """Whether a Dask client is still open in this process (one to a scheduler given with --scheduler): its
+    connection is then closed by the normal exit."""
+    if "distributed" not in sys.modules:
+        return False
+    from distributed import default_client
+
+    try:
+        default_client()
+    except ValueError:
+        return False
+    return True
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
