@@ -516,8 +516,8 @@ def leave(rc: int) -> None:
     Why: by then the output is written and committed (files renamed into place, ``_SUCCESS`` last), every
     device result synchronised and any cluster this command started closed (:func:`main`'s ``finally``);
     what remains is tearing down CUDA's context, page-locked host blocks and the interpreter, which the
-    operating system does anyway: in a GPU join to Parquet that took about half a second of the command's
-    wall time (a profile on an H200).  ``daskjoin.fast-exit`` False keeps the normal exit.
+    operating system does anyway (the CLI's 20M x 3-d join to Parquet on an H200: 2.44 s against 2.52 s on
+    average over three alternated pairs).  ``daskjoin.fast-exit`` False keeps the normal exit.
     """
     from . import config
 
