@@ -266,6 +266,7 @@ def main() -> int:
                 written.append((rows, sum(os.path.getsize(os.path.join(out_dir, f)) for f in os.listdir(out_dir))))
                 shutil.rmtree(out_dir)
             shutil.rmtree(store)
+            shutil.rmtree(store + ".daskjoin", ignore_errors=True)  # its statistics, kept beside it
             return got
 
         # cold: empty compile caches (each run on a store never planned); warm: the caches the cold runs filled
@@ -278,12 +279,11 @@ def main() -> int:
                 best["join_walls_s"] = [got["timings"]["join_s"] for got in runs]
                 result[f"{mode}_{label}"] = best
         counted = int(result["count_warm"]["stdout"].splitlines()[-1])
-        result["out_warm"]["rows"] = written[-1][0]
         if any(rows != counted for rows, _ in written):
             print(f"MISMATCH: --out wrote {[rows for rows, _ in written]} pairs, --count said {counted:,}",
                   file=sys.stderr)
             return 1
-        result["parquet_bytes"] = written[-1][1]
+        result["out_warm"]["rows"], result["parquet_bytes"] = written[-1]  # every run wrote the same pairs
         result["kernel"], pairs = kernel_alone(base, eps, backend)
         if result["kernel"]["pairs"] != counted:
             print(f"MISMATCH: kernel {result['kernel']['pairs']:,}, CLI {counted:,}", file=sys.stderr)

@@ -46,9 +46,9 @@ DEFAULTS = {
         # store: DamagedStoreError naming the chunk) or "fill" (zarr's rule: the array's fill value,
         # e.g. for stores written with write_empty_chunks=False); read when an input is opened
         "missing-chunks": "error",
-        # the ``daskjoin`` command leaves without the interpreter's teardown after a command that succeeded and
-        # left no Dask client (its output is complete and committed by then): 0.08 s off a GPU join to Parquet
-        # on average (H200, three alternated pairs); False: a normal exit
+        # the ``daskjoin`` command leaves without the interpreter's teardown after a command that succeeded in its
+        # own process alone (no cluster, no scheduler: distributed never imported; its output is committed by
+        # then): 0.08 s off a GPU join to Parquet on average (H200, three alternated pairs); False: a normal exit
         "fast-exit": True,
     }
 }

@@ -1,4 +1,4 @@
-"""The ``daskjoin`` command's exit: fast (no interpreter teardown) only after success with no Dask client left."""
+"""The ``daskjoin`` command's exit: fast (no interpreter teardown) only after success in this process alone."""
 from __future__ import annotations
 
 import json
@@ -24,18 +24,17 @@ def exits(monkeypatch):
         raise _Left("fast", code)
 
     monkeypatch.setattr(os, "_exit", fast)
-    monkeypatch.setattr(cli, "_client_left", lambda: False)
 
 
-@pytest.mark.parametrize("rc, setting, client, how", [
+@pytest.mark.parametrize("rc, setting, distributed, how", [
     (0, True, False, "fast"),
     (1, True, False, "normal"),  # a failure leaves the normal way (its cleanup may matter)
     (2, True, False, "normal"),
     (0, False, False, "normal"),  # daskjoin.fast-exit off
-    (0, True, True, "normal"),  # a client still open: its connection is closed by the normal exit
+    (0, True, True, "normal"),  # a cluster or scheduler was used: its exit-time hooks must run
 ])
-def test_leave_is_fast_only_after_success_without_a_client(exits, monkeypatch, rc, setting, client, how):
-    monkeypatch.setattr(cli, "_client_left", lambda: client)
+def test_leave_is_fast_only_after_success_in_this_process_alone(exits, monkeypatch, rc, setting, distributed, how):
+    monkeypatch.setattr(cli, "_used_distributed", lambda: distributed)
     with dask.config.set({"daskjoin.fast-exit": setting}):
         try:
             cli.leave(rc)
@@ -46,16 +45,25 @@ def test_leave_is_fast_only_after_success_without_a_client(exits, monkeypatch, r
     assert got == (how, rc)
 
 
-def test_an_open_client_counts_as_left(monkeypatch):
-    distributed = pytest.importorskip("distributed")
-    with distributed.Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=":0"):
-        assert cli._client_left() is True
+def test_distributed_imported_means_a_normal_exit(monkeypatch):
+    """Every cluster, scheduler client or look for a current client imports distributed; an in-process run does not."""
+    monkeypatch.setitem(sys.modules, "distributed", sys.modules.get("distributed", object()))
+    assert cli._used_distributed() is True
+    monkeypatch.delitem(sys.modules, "distributed")
+    assert cli._used_distributed() is False
 
-    def none():  # what distributed says where no client is open (this test process may hold a session's)
-        raise ValueError("No clients found")
 
-    monkeypatch.setattr(distributed, "default_client", none)
-    assert cli._client_left() is False
+def test_an_in_process_join_does_not_import_distributed(tmp_path):
+    """The fast exit's premise: a join run in the command's own process never imports distributed."""
+    store = tmp_path / "p.zarr"
+    subprocess.run([sys.executable, "-m", "daskjoin", "synth", "uniform", "--n", "2000", "--d", "2", str(store)],
+                   check=True, capture_output=True)
+    code = ("import sys; from daskjoin.cli import main; "
+            f"rc = main(['join', {str(store)!r}, '--eps', '0.05', '--out', {str(tmp_path / 'o.parquet')!r}, "
+            "'--quiet']); print('distributed' in sys.modules, rc)")
+    env = {k: v for k, v in os.environ.items() if k not in ("DASKJOIN_SCHEDULER", "DASK_SCHEDULER_ADDRESS")}
+    got = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)
+    assert got.stdout.strip().splitlines()[-1] == "False 0"
 
 
 @pytest.mark.parametrize("fast", [True, False])
