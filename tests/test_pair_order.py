@@ -108,6 +108,32 @@ def test_sort_pairs_runs_of_every_length_around_the_rank_sorts_limit():
     assert np.array_equal(oi, i[order]) and np.array_equal(oj, j[order]) and np.array_equal(ov, value[order])
 
 
+@pytest.mark.parametrize("passes", ["one", "two"])
+def test_sort_pairs_equal_j_in_a_run_falls_back_to_whole_words(passes, monkeypatch):
+    """The rank sort ranks a run by ``j`` alone (distinct pairs never repeat a ``j`` in a run); pairs that do,
+    with different values, collide in rank and are placed by whole words instead: none lost, none doubled,
+    ordered by (i, j, value bits) as before; in the one-pass and the two-pass scatter."""
+    from daskjoin.kernels import pair_sort
+
+    if passes == "two":
+        monkeypatch.setattr(pair_sort, "ONE_PASS_CURSOR_BYTES", 0)
+        monkeypatch.setattr(pair_sort, "BUCKET_MIN_PAIRS", 1)
+    rng = np.random.default_rng(5)
+    n = 40_000
+    i = rng.integers(0, 3000, n)  # runs of ~13, and over 2**BUCKET_BITS rows for the two passes
+    j = rng.integers(0, 1 << 20, n)
+    dup = rng.choice(n, 500, replace=False)
+    i, j = np.concatenate([i, i[dup]]), np.concatenate([j, j[dup]])
+    value = rng.random(len(i)).astype(np.float32)  # positive: their order is their bits' order
+    keep = np.unique(np.stack([i, j, value.view(np.uint32)], 1), axis=0, return_index=True)[1]
+    i, j, value = i[keep], j[keep], value[keep]
+    shuffle = rng.permutation(len(i))
+    i, j, value = i[shuffle], j[shuffle], value[shuffle]
+    oi, oj, ov = pair_sort.sort_pairs(i, j, value)
+    order = np.lexsort((value, j, i))
+    assert np.array_equal(oi, i[order]) and np.array_equal(oj, j[order]) and np.array_equal(ov, value[order])
+
+
 @pytest.mark.parametrize("value_dtype", [None, np.float32, np.int32, np.uint32, np.dtype([("a", "<i2"), ("b", "<u2")])])
 @pytest.mark.parametrize("j_span", [1, 1000, (1 << 31) - 1, 1 << 31])
 def test_sort_pairs_packed_words_keep_values_bit_for_bit(value_dtype, j_span):

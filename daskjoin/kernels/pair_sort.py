@@ -129,20 +129,27 @@ def _sort_runs_packed(oi, packed, vbits, starts, has_value, lo, jlo):
     span = starts.shape[0] - 1
     for step in prange((span + RUNS_PER_STEP - 1) // RUNS_PER_STEP):
         held = np.empty(RANK_MAX, np.int64)
+        keys = np.empty(RANK_MAX, np.int32)
         for s in range(step * RUNS_PER_STEP, min(span, (step + 1) * RUNS_PER_STEP)):
-            _sort_run(oi, packed, vbits, starts[s], starts[s + 1], lo + s, has_value, jlo, held, False, held, held)
+            _sort_run(oi, packed, vbits, starts[s], starts[s + 1], lo + s, has_value, jlo, held, keys, False, held,
+                      held)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _sort_run(oi, packed, vbits, a, b, row, has_value, jlo, held, wide, vals, ov64):
+def _sort_run(oi, packed, vbits, a, b, row, has_value, jlo, held, keys, wide, vals, ov64):
     """Run ``[a, b)`` (one ``i``, ``row``) of words sorted, then unpacked in place: ``packed`` becomes the ``j``
-    column, the value bits go to ``vbits``, ``oi`` gets ``row``; ``held``: RANK_MAX words of scratch.
-    ``wide`` (8-byte values): a word's low half is the slot of its value in ``vals``, copied to ``ov64``.
+    column, the value bits go to ``vbits``, ``oi`` gets ``row``; ``held`` (int64) and ``keys`` (int32): RANK_MAX
+    slots of scratch.  ``wide`` (8-byte values): a word's low half is the slot of its value in ``vals``, copied
+    to ``ov64``.
 
-    A short run is sorted by rank: each word's place is the number of words below it (equal words,
-    which distinct pairs never give, by their position), m^2 comparisons without a branch, which
-    the compiler vectorises: on the 2-core VM 2x faster than an insertion sort of the same runs
-    (16M pairs, ~16 a run: 0.14 s against 0.30 s), whose every step is an unpredictable branch.
+    A short run is sorted by rank: each word's place is the number of words below it, m^2 comparisons without
+    a branch, which the compiler vectorises: on the 2-core VM 2x faster than an insertion sort of the same runs
+    (16M pairs, ~16 a run: 0.14 s against 0.30 s), whose every step is an unpredictable branch.  The ranks
+    compare the words' ``j - jlo`` as int32 (below 2**31 on this path), distinct within a run of distinct
+    pairs, with one comparison each: eight to a vector where the words' two comparisons (and the tie-break
+    by position) took four, 30% faster (3.2M grid pairs of 200k rows on the VM: 25.8 -> 18.0 ms; 31M of 2M
+    rows: 0.253 -> 0.176 s).  Ranks that collide (equal ``j`` in a run: pairs that were not distinct) do not
+    sum to m(m-1)/2; the run is then placed by whole words with ties broken by position, as before.
     """
     m = b - a
     if m > RANK_MAX:
@@ -150,12 +157,22 @@ def _sort_run(oi, packed, vbits, a, b, row, has_value, jlo, held, wide, vals, ov
     elif m > 1:
         for t in range(m):
             held[t] = packed[a + t]
+            keys[t] = np.int32(held[t] >> 32)
+        total = 0
         for t in range(m):
-            word = held[t]
+            key = keys[t]
             below = 0
             for u in range(m):
-                below += np.int64(held[u] < word) + np.int64((held[u] == word) & (u < t))
-            packed[a + below] = word
+                below += np.int32(keys[u] < key)
+            packed[a + below] = held[t]
+            total += below
+        if total != m * (m - 1) // 2:
+            for t in range(m):
+                word = held[t]
+                below = 0
+                for u in range(m):
+                    below += np.int64(held[u] < word) + np.int64((held[u] == word) & (u < t))
+                packed[a + below] = word
     for k in range(a, b):
         word = packed[k]
         oi[k] = row
@@ -238,8 +255,10 @@ def _place_buckets(words, rows, bstart, shift, span, out, oi, vbits, has_value, 
             out[fill[t]] = words[k]
             fill[t] += 1
         held = np.empty(RANK_MAX, np.int64)
+        keys = np.empty(RANK_MAX, np.int32)
         for t in range(r1 - r0):
-            _sort_run(oi, out, vbits, cursor[t], cursor[t + 1], lo + r0 + t, has_value, jlo, held, wide, vals, ov64)
+            _sort_run(oi, out, vbits, cursor[t], cursor[t + 1], lo + r0 + t, has_value, jlo, held, keys, wide, vals,
+                      ov64)
     return 0
 
 
