@@ -137,11 +137,11 @@ class HostPool:
         ``max_blocks``); returns how many are being made.  A batch that finds none free waits for one of them.
 
         Why: made as batches come, each block costs its batch its first touches and its registration (about
-        40 ms for a 161 MB block, one row group of the 128 MiB of then, on an H200's host), one after another: the first task of a new process
-        streamed its pairs at a quarter of the speed of the next.  One thread by default: with four, the
-        CLI's 20M x 3-d join to Parquet was slower in each of five alternated pairs of runs on one H200 (join
-        and write 1.76-2.02 s against 1.59-1.76 s): the page touches and registrations competed with the
-        task's own reads and device calls, and one thread still makes blocks faster than batches use them."""
+        40 ms for a 161 MB block, one row group of the 128 MiB of then, on an H200's host), one after another:
+        the first task of a new process streamed its pairs at a quarter of the speed of the next.  One thread
+        by default: with four, the CLI's 20M x 3-d join to Parquet was slower in each of five alternated pairs
+        of runs on H200s (join and write 1.76-2.02 s against 1.59-1.76 s): the page touches and registrations
+        competed with the task's own reads and device calls."""
         with self._lock:
             want = min(int(blocks), self.max_blocks) - self._made
             if want <= 0 or not self.enabled or self.retired:
