@@ -90,10 +90,10 @@ def candidate_share(x, eps, fmt, rows=SAMPLE, against=200_000):
     qa, na, ua = tc_quant.quantise(a - centre, S, L, cp)
     qb, nb, ub = tc_quant.quantise(b - centre, S, L, cp)
     G = qa @ qb.T  # integers: exact in float64
-    q_a, r_a = tc_quant.kernel_bounds(na, ua, tc_quant.reach0(eps, S, x.shape[1]), cp)
-    q_b, r_b = tc_quant.kernel_bounds(nb, ub, 0.0, cp)
-    s = q_a.astype(cp.float64)[:, None] + q_b.astype(cp.float64)[None, :] - 2.0 * G
-    keep = int((s <= (r_a.astype(cp.float64)[:, None] + r_b.astype(cp.float64)[None, :]) ** 2).sum())
+    r_a = tc_quant.row_reach(ua, tc_quant.reach0(eps, S, x.shape[1]), cp)
+    r_b = tc_quant.row_reach(ub, 0.0, cp)
+    X, Y = tc_quant.thresholds(na, r_a, nb, r_b, fmt, len(na), len(nb), cp)
+    keep = int(((G - Y.astype(cp.float64)[None, :]) >= X.astype(cp.float64)[:, None]).sum())  # the kernel's test
     true = int((((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2 * a @ b.T) <= eps * eps * (1 + 1e-6)).sum())
     return keep, true
 

@@ -94,8 +94,9 @@ def main() -> int:
     print(f"kept group pairs ({default}): {int(sp.shape[0]):,} of {groups[0][0].shape[0] ** 2 // 2:,}")
     npairs = int(join.pairs_p.shape[0])
     xa, rowbytes = join.A.tc[:2]
-    (qa, ra), (qb, rb) = tc_quant.kernel_bounds(join.A.tc[2], join.A.tc[3], 0.0, cp), join.bounds_b
-    ra = cp.zeros_like(ra)  # reach 0: (almost) nothing listed, the products and the test alone
+    tx, ty = tc_quant.thresholds(  # reach 0: (almost) nothing listed, the products and the test alone
+        join.A.tc[2], tc_quant.row_reach(join.A.tc[3], 0.0, cp), join.A.tc[2], tc_quant.row_reach(join.A.tc[3], 0.0, cp),
+        join.filter, join.A.ntiles * 128, join.A.ntiles * 128, cp)
     product = brute_gpu.tc_kernel(f"brute_tc_{'i8' if join.filter == 'int8' else 'f16'}")
     listed = cp.zeros(1, cp.uint64)
     cand = cp.empty((1 << 20, 2), cp.int32)
@@ -106,7 +107,7 @@ def main() -> int:
         hi = min(npairs, lo + step)
         product((-(-(hi - lo) // brute_gpu.TC_PAIRS_PER_BLOCK),), (brute_gpu.BLOCK,), (
             xa, xa, np.int32(rowbytes), join.pairs_p[lo:hi], join.pairs_q[lo:hi], np.int64(hi - lo),
-            np.int64(join.A.n), np.int64(join.B.n), qa, qb, ra, rb, np.int32(1), np.int32(lo), listed,
+            np.int64(join.A.n), np.int64(join.B.n), tx, ty, np.int32(1), np.int32(lo), listed,
             np.int64(cand.shape[0]), cand, np.uint64(0)), shared_mem=brute_gpu.TC_SMEM_BYTES)
     stop.record()
     stop.synchronize()

@@ -33,12 +33,24 @@ def _filter_keeps(a, b, eps, fmt):
     qb, nb, ub = tc_quant.quantise(b - centre, S, L)
     assert np.abs(qa).max(initial=0) <= L and np.abs(qb).max(initial=0) <= L
     G = (qa.astype(np.int64) @ qb.astype(np.int64).T).astype(np.float64)  # exact, as on the tensor cores
-    q_a, r_a = tc_quant.kernel_bounds(na, ua, tc_quant.reach0(eps, S, d))
-    q_b, r_b = tc_quant.kernel_bounds(nb, ub, 0.0)
-    assert (q_a <= na).all() and (r_a >= tc_quant.reach0(eps, S, d) + ua).all() and (r_b >= ub).all()
-    keep = tc_quant.candidates(q_a, q_b, G, r_a, r_b)
+    r_a = tc_quant.row_reach(ua, tc_quant.reach0(eps, S, d))
+    r_b = tc_quant.row_reach(ub, 0.0)
+    assert (r_a >= tc_quant.reach0(eps, S, d) + ua).all() and (r_b >= ub).all()
+    X, Y = _thresholds(na, r_a, nb, r_b, fmt)
+    keep = tc_quant.candidates(G, X, Y)
     truth = pairwise_squared_distances(a, b) <= np.float64(eps) * np.float64(eps)
     return keep, truth
+
+
+def _thresholds(na, r_a, nb, r_b, fmt):
+    """The kernel's X and Y (padded to whole tiles, as the drivers pass them), cut to the rows; the padding
+    checked to be out of every product's reach."""
+    tiles = lambda n: -(-max(n, 1) // 128) * 128  # noqa: E731
+    X, Y = tc_quant.thresholds(na, r_a, nb, r_b, fmt, tiles(len(na)), tiles(len(nb)))
+    beyond = tc_quant.INT8_BEYOND if fmt == "int8" else np.inf
+    assert (X[len(na):] == beyond).all() and (Y[len(nb):] == beyond).all()
+    assert X.dtype == Y.dtype == (np.int32 if fmt == "int8" else np.float32)
+    return X[:len(na)], Y[:len(nb)]
 
 
 def _assert_no_true_pair_lost(a, b, eps, fmt):
@@ -102,6 +114,51 @@ def test_property_no_true_pair_filtered(n, d, seed, offset, scale, quantile, fmt
     dist = np.sqrt(pairwise_squared_distances(a, b)).ravel()
     eps = float(np.quantile(dist, quantile)) or scale
     _assert_no_true_pair_lost(a, b, eps, fmt)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 30), d=st.integers(1, 300), seed=st.integers(0, 2 ** 31),
+       quantile=st.floats(0.0, 1.0), fmt=st.sampled_from(sorted(tc_quant.FORMATS)))
+def test_separable_test_keeps_what_the_product_test_kept(n, d, seed, quantile, fmt):
+    """G - Y_b >= X_a keeps every pair that |q_a|^2 + |q_b|^2 - 2G <= (r_a + r_b)^2 (the test it replaced,
+    evaluated here in exact rationals) keeps: F_a + H_b >= (r_a + r_b)^2 for any c and lam > 0."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((n, d)), rng.standard_normal((n + 3, d))
+    L = tc_quant.levels(fmt, d)
+    S = tc_quant.scale(max(np.abs(a).max(), np.abs(b).max()), L)
+    qa, na, ua = tc_quant.quantise(a, S, L)
+    qb, nb, ub = tc_quant.quantise(b, S, L)
+    G = qa.astype(np.int64) @ qb.astype(np.int64).T
+    eps = float(np.quantile(np.sqrt(pairwise_squared_distances(a, b)), quantile))
+    r_a, r_b = tc_quant.row_reach(ua, tc_quant.reach0(eps, S, d)), tc_quant.row_reach(ub, 0.0)
+    keep = tc_quant.candidates(G, *_thresholds(na, r_a, nb, r_b, fmt))
+    for i in range(n):
+        for j in range(len(b)):
+            reach = Fraction(float(r_a[i])) + Fraction(float(r_b[j]))
+            if Fraction(int(na[i])) + Fraction(int(nb[j])) - 2 * int(G[i, j]) <= reach * reach:
+                assert keep[i, j], (i, j)
+
+
+@pytest.mark.parametrize("d", [128, 16_644, 133_000, tc_quant.MAX_D])
+def test_int8_products_and_thresholds_fit_int32(d):
+    """At the int8 grid's ends (every coordinate +-L) and with an infinite reach, G - Y_b and the thresholds
+    computed in int32 equal their int64 values: nothing wraps, and padded rows never pass."""
+    L = tc_quant.levels("int8", d)
+    assert d * L * L <= 2 ** 28
+    top = d * L * L  # |G| and |q|^2 at their largest
+    na = np.array([top, top, 0.0, top])
+    r = np.array([0.0, np.inf, 1e30, 3.0], np.float32)
+    X, Y = tc_quant.thresholds(na, r, na, np.array([0.0, 9.0, 3.0, 3.5], np.float32), "int8", 8, 8)
+    assert X.min() >= tc_quant.INT8_FLOOR and X[:4].max() <= top // 2 + 1 and (X[4:] == tc_quant.INT8_BEYOND).all()
+    for g in (-top, 0, top):
+        with np.errstate(over="raise"):
+            diff32 = np.int32(g) - Y
+        assert np.array_equal(diff32.astype(np.int64), np.int64(g) - Y.astype(np.int64))
+        passed = (np.int64(g) - Y.astype(np.int64))[None, :] >= X.astype(np.int64)[:, None]
+        assert not passed[4:].any() and not passed[:, 4:].any()  # padding: never a candidate
+        assert passed[1, :4].all() and passed[2, :4].all()  # an infinite or huge reach: every real column
 
 
 @pytest.mark.parametrize("fmt", sorted(tc_quant.FORMATS))

@@ -345,8 +345,10 @@ class GpuBruteJoin:
             self.A.tc = _tc_rows(self.A, centre, self.S, L, self.filter, self.tile)
             self.B.tc = self.A.tc if b is None else _tc_rows(self.B, centre, self.S, L, self.filter, self.tile)
             r0 = tc_quant.reach0(self.eps, self.S, self.d)
-            self.bounds_a = tc_quant.kernel_bounds(self.A.tc[2], self.A.tc[3], r0, cp)
-            self.bounds_b = tc_quant.kernel_bounds(self.B.tc[2], self.B.tc[3], 0.0, cp)
+            self.thresholds = tc_quant.thresholds(  # the kernel's X (rows of A) and Y (rows of B)
+                self.A.tc[2], tc_quant.row_reach(self.A.tc[3], r0, cp), self.B.tc[2],
+                tc_quant.row_reach(self.B.tc[3], 0.0, cp), self.filter, self.A.ntiles * self.tile,
+                self.B.ntiles * self.tile, cp)
             self.batch = 1 << 18  # tile pairs per launch: no products are stored
             self._candidates = 1 << 22
             if stored32:  # the float64 copies are no longer needed
@@ -416,7 +418,7 @@ class GpuBruteJoin:
         """
         xa, rowbytes = self.A.tc[:2]
         xb = self.B.tc[0]
-        (qa, ra), (qb, rb) = self.bounds_a, self.bounds_b
+        tx, ty = self.thresholds
         per_pair = pair_counts is not None
         product = tc_kernel(f"brute_tc_{'i8' if self.filter == 'int8' else 'f16'}")
         decide = kernel("brute_tc.cu", f"brute_tc_exact_{'f32' if self.A.points.dtype == np.float32 else 'f64'}")
@@ -424,7 +426,7 @@ class GpuBruteJoin:
         def launch(lo, hi, listed, room, cand, cand_pair):
             product((-(-(hi - lo) // TC_PAIRS_PER_BLOCK),), (BLOCK,), (
                 xa, xb, np.int32(rowbytes), P[lo:hi], Q[lo:hi], np.int64(hi - lo), np.int64(self.A.n), np.int64(self.B.n),
-                qa, qb, ra, rb, np.int32(self.selfjoin), np.int32(lo), listed, np.int64(room), cand,
+                tx, ty, np.int32(self.selfjoin), np.int32(lo), listed, np.int64(room), cand,
                 cand_pair if per_pair else np.uint64(0),
             ), shared_mem=TC_SMEM_BYTES)
 

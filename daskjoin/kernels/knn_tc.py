@@ -25,7 +25,8 @@ nothing in it overflowed and tc_quant's argument from the float64 sum to the exa
 ``root_a`` in place of ``fl(eps^2)``: ``D <= sqrt(root_a) (1 + 1e-9)`` plus the underflow term, which
 ``tc_quant.reach_rows`` of ``e = sqrt(root_a) (1 + 1e-12)`` (the 1e-12 covers the rounding of the
 square root) divides by ``S`` and rounds up.  With the rows' measured residuals (clipped or not),
-``|q_a - q_x| <= reach + u_a + u_x``: the filter keeps x.  Pass 1 decides its pairs exactly and pass 2 skips
+``|q_a - q_x| <= reach + u_a + u_x``, and the kernel's separable test (``tc_quant.thresholds``, with constants
+from the reaches) keeps every such pair: the filter keeps x.  Pass 1 decides its pairs exactly and pass 2 skips
 them, and pass 2's second part skips its first part's tiles, so no row is offered twice.  A self-join's
 queries are the data's own rows (found equal on the device): they reuse its order and grid rows.
 """
@@ -79,8 +80,7 @@ class TcSearch:
             return
         self.X = _Side(data64, self.centre, TC_TILE, fp32=False)
         self.X.tc = _tc_rows(self.X, self.centre, self.S, self.L, self.fmt, TC_TILE)
-        self.bounds_x = tc_quant.kernel_bounds(self.X.tc[2], self.X.tc[3], 0.0, cp)
-        self.X.qa = self.bounds_x[0]  # |q|^2 rounded down: the same for the rows as queries
+        self.reach_x = tc_quant.row_reach(self.X.tc[3], 0.0, cp)
 
     def search(self, q64, ids, hd, hj, first_id: int, exclude_self: bool, k: int) -> None:
         """Every query's list (``hd``, ``hj``: m x k heaps in the queries' order) offered this block's rows
@@ -91,10 +91,9 @@ class TcSearch:
         else:
             Q = _Side(q64, self.centre, TC_TILE, fp32=False)
             Q.tc = _tc_rows(Q, self.centre, self.S, self.L, self.fmt, TC_TILE)
-            Q.qa = tc_quant.down32(Q.tc[2], cp)
         lists = (ids, hd, hj, np.int64(first_id), np.int32(bool(exclude_self)), np.int32(k))
         nearest, C = self._nearest_tiles(Q, k)
-        everything = cp.full(Q.n, cp.inf, cp.float32)
+        everything = self._thresholds(Q, cp.full(Q.n, cp.inf, cp.float32))  # an infinite reach: every pair
 
         def reach():
             return self._reach(Q, hd)
@@ -105,10 +104,16 @@ class TcSearch:
         self._offer_pairs(Q, reach, *self._tile_pairs_within(Q, hd, nearest), *lists)
 
     def _reach(self, Q, hd):
-        """``r_a`` of every query (in Q's order) from its list's current root (the module docstring)."""
+        """The kernel's thresholds for every query's ``r_a`` (in Q's order), from its list's current root (the
+        module docstring)."""
         cp = cupy()
         bound = tc_quant.reach_rows(cp.sqrt(hd[Q.perm, 0]) * (1.0 + 1e-12), self.S, self.d, cp)
-        return tc_quant.kernel_bounds(Q.tc[2], Q.tc[3], bound, cp)[1]
+        return self._thresholds(Q, tc_quant.row_reach(Q.tc[3], bound, cp))
+
+    def _thresholds(self, Q, r_a):
+        """The kernel's (X, Y) for these reaches (Y too: the bound's constants follow the reaches)."""
+        return tc_quant.thresholds(Q.tc[2], r_a, self.X.tc[2], self.reach_x, self.fmt, Q.ntiles * TC_TILE,
+                                   self.X.ntiles * TC_TILE, cupy())
 
     def _box_d2(self, Q, p0: int, rows: int):
         cp = cupy()
@@ -151,20 +156,18 @@ class TcSearch:
         return cp.concatenate(keep_p).astype(cp.int64), cp.concatenate(keep_t).astype(cp.int64)
 
     def _offer_pairs(self, Q, reach, P, T, ids, hd, hj, first_id, exclude, k) -> None:
-        """Tile pairs (P[i], T[i]) through the filter (``reach()``: the queries' r_a at launch time), their
-        candidates sorted by query and offered."""
+        """Tile pairs (P[i], T[i]) through the filter (``reach()``: the queries' thresholds from their r_a at
+        launch time), their candidates sorted by query and offered."""
         cp = cupy()
         product = tc_kernel(f"brute_tc_{'i8' if self.fmt == 'int8' else 'f16'}")
         distances, offer = kernel("knn.cu", "knn_tc_distances"), kernel("knn.cu", "knn_tc_offer")
         xa, rowbytes = Q.tc[:2]
-        qa = Q.qa
-        qb, rb = self.bounds_x
         m = Q.n
 
         def launch(lo, hi, listed, room, cand, cand_pair):
             product((-(-(hi - lo) // TC_PAIRS_PER_BLOCK),), (BLOCK,), (
                 xa, self.X.tc[0], np.int32(rowbytes), P[lo:hi], T[lo:hi], np.int64(hi - lo), np.int64(m),
-                np.int64(self.n), qa, qb, reach(), rb, np.int32(0), np.int32(lo), listed, np.int64(room), cand,
+                np.int64(self.n), *reach(), np.int32(0), np.int32(lo), listed, np.int64(room), cand,
                 np.uint64(0)), shared_mem=TC_SMEM_BYTES)
 
         for cand, _, count, _ in listed_candidates(launch, int(P.shape[0]), 1 << 22):

@@ -10,7 +10,8 @@ the products are *exact*, so the only error left is the quantisation, measured p
   ``fl(|z - q|) (1 + 1e-9) + 1e-9 (fl(|z|) + 1)``: ``fl(x - c)`` and ``fl(y / S)`` are each within
   one rounding (``2^-53`` relative) of the exact values, the norm within ``(d + 3) 2^-53``, all far
   below the 1e-9 margins for the dimensionalities allowed here;
-- ``G = q_a . q_b`` exactly: int8 ``mma`` accumulates in int32 (integer arithmetic; ``d L^2 < 2^31``),
+- ``G = q_a . q_b`` exactly: int8 ``mma`` accumulates in int32 (integer arithmetic; ``d L^2 <= 2^28``, so
+  the thresholds too fit int32, :func:`thresholds`),
   and the fp16 grid keeps ``d L^2 <= 2^24`` and ``L <= 2048``, so every product and every partial
   sum, in any order, is an integer of at most 24 bits, exact in the fp32 accumulator (the tests
   check both on the device, ``tests/test_brute_tc_gpu.py``);
@@ -19,10 +20,22 @@ the products are *exact*, so the only error left is the quantisation, measured p
 For a true pair (float64 ``s <= eps^2``, so the exact distance ``D <= eps (1 + 1e-9)`` plus a term
 for underflow, see :func:`reach0`), ``(x_a - c)/S - (x_b - c)/S = (q_a - q_b) + (e_a - e_b)`` gives,
 by the triangle inequality, ``|q_a - q_b| <= D / S + u_a + u_b <= reach0 + u_a + u_b``.
-The kernel keeps a pair whenever ``|q_a - q_b|^2 <= (r_a + r_b)^2`` with ``r_a >= reach0 + u_a`` and
-``r_b >= u_b`` rounded up to float32, evaluating it in float32 with every step rounded towards keeping
-the pair (:func:`kernel_bounds`, :func:`candidates`), then decides it exactly in float64.  No true pair
-is filtered out.
+With ``r_a >= reach0 + u_a`` and ``r_b >= u_b`` (float32, rounded up: :func:`row_reach`), and any ``c``
+and ``lam > 0``, ``2 r_a (r_b - c) <= lam r_a^2 + (r_b - c)^2 / lam`` (the square of
+``sqrt(lam) r_a - (r_b - c) / sqrt(lam)`` is not negative), so
+
+    |q_a - q_b|^2 <= (r_a + r_b)^2 = r_a^2 + 2 r_a c + 2 r_a (r_b - c) + r_b^2 <= F_a + H_b,
+    F_a = r_a ((1 + lam) r_a + 2 c),   H_b = r_b^2 + (r_b - c)^2 / lam,
+
+and ``|q_a - q_b|^2 = |q_a|^2 + |q_b|^2 - 2 G``, so ``G >= x_a + y_b`` with ``x_a = (|q_a|^2 - F_a) / 2``
+and ``y_b = (|q_b|^2 - H_b) / 2``.  The kernel keeps a pair when ``G - Y_b >= X_a``, ``X <= x`` and
+``Y <= y`` rounded down (:func:`thresholds`): one subtraction and one comparison a product (a per-row
+maximum and one comparison in the common case), where the test ``|q_a|^2 + |q_b|^2 - 2 G <= (r_a + r_b)^2``
+in float32 with directed rounding took about ten instructions a product and the filter nearly twice its
+time.  The separable form is looser by ``(sqrt(lam) r_a - (r_b - c) / sqrt(lam))^2``: with ``c`` the mean
+``r_b`` and ``lam`` its mean deviation over the mean ``r_a``, nothing where both are typical, and little
+elsewhere, since ``r_b`` is a residual (about ``sqrt(d / 12)``, at most ``sqrt(d) / 2``) whose spread is
+small.  Then each candidate is decided exactly in float64.  No true pair is filtered out.
 
 The bound is tight when ``u`` is small against ``eps / S``: ``u`` is about ``sqrt(d / 12)`` (at
 most ``sqrt(d) / 2``), so the filter passes pairs up to about ``eps + 2 sqrt(d / 12) R / L``.
@@ -36,7 +49,7 @@ import math
 import numpy as np
 
 #: the tensor-core filters: name -> (bytes per coordinate, largest level count, exact while d L^2 <= this)
-FORMATS = {"int8": (1, 127, 2 ** 31 - 1), "fp16": (2, 2048, 2 ** 24)}
+FORMATS = {"int8": (1, 127, 2 ** 28), "fp16": (2, 2048, 2 ** 24)}
 #: no filter for data whose spread leaves the normal float64 range on the grid (the fp32 filter takes it)
 SCALE_RANGE = (2.0 ** -1000, 2.0 ** 1000)
 ROW_ALIGN = 32  # bytes: one k-step of the mma instructions
@@ -112,7 +125,8 @@ def quantise(y, S: float, L: int, xp=np):
 def down32(x, xp=np):
     """float32 values <= x (float64): x rounded towards -inf."""
     y = x.astype(xp.float32)
-    return xp.where(y.astype(xp.float64) > x, xp.nextafter(y, xp.float32(-xp.inf)), y)
+    with np.errstate(over="ignore"):  # nextafter(-FLT_MAX) is computed for every row, used only where needed
+        return xp.where(y.astype(xp.float64) > x, xp.nextafter(y, xp.float32(-xp.inf)), y)
 
 
 def up32(x, xp=np):
@@ -122,18 +136,66 @@ def up32(x, xp=np):
     return xp.where(y.astype(xp.float64) < x, xp.nextafter(y, xp.float32(xp.inf)), y)
 
 
-def kernel_bounds(qn2, u, r0, xp=np):
-    """The float32 per-row values the kernel reads: |q|^2 rounded down and ``r0 + u`` rounded up
-    (``r0 = 0`` for the B side; an array of per-row reaches for the kNN filter).  The 2^-50 factor covers the one float64 rounding of ``r0 + u``."""
-    return down32(qn2, xp), up32((r0 + u) * (1.0 + 2.0 ** -50), xp)
+def row_reach(u, r0, xp=np):
+    """``r0 + u`` rounded up to float32 (``r0 = 0`` for the B side; an array of per-row reaches for the kNN
+    filter).  The 2^-50 factor covers the one float64 rounding of ``r0 + u``."""
+    return up32((r0 + u) * (1.0 + 2.0 ** -50), xp)
 
 
-def candidates(q_a, q_b, G, r_a, r_b):
-    """Which pairs (rows of a, columns of b) the filter keeps, from the kernel's float32 row values
-    (:func:`kernel_bounds`) and the exact integer products G; in float64, in numpy.
+#: the int8 thresholds: clamped below at -2^29 (see :func:`thresholds`), and past a side's end one no product reaches
+INT8_FLOOR, INT8_BEYOND = -(1 << 29), 1 << 30
 
-    The kernel keeps a superset of these: it rounds ``q_a + q_b - 2 G`` down and ``(r_a + r_b)^2``
-    up in float32.  The tests check on the CPU that this set holds every true pair."""
-    s = q_a.astype(np.float64)[:, None] + q_b.astype(np.float64)[None, :] - 2.0 * G
-    reach = r_a.astype(np.float64)[:, None] + r_b.astype(np.float64)[None, :]
-    return s <= reach * reach * (1.0 + 2.0 ** -50)
+
+def thresholds(qn2_a, r_a, qn2_b, r_b, fmt: str, rows_a: int, rows_b: int, xp=np):
+    """The kernel's thresholds ``(X, Y)``: per row of A and of B, ``x_a = (|q_a|^2 - F_a) / 2`` and
+    ``y_b = (|q_b|^2 - H_b) / 2`` rounded down, int32 for int8 and float32 for fp16, each padded to whole
+    tiles (``rows_a``, ``rows_b``) with a threshold no product reaches.
+
+    ``F_a = r_a ((1 + lam) r_a + 2 c)`` and ``H_b = r_b^2 + (r_b - c)^2 / lam`` for any ``c`` and ``lam > 0``
+    (module docstring); ``c`` is the mean ``r_b`` and ``lam`` the mean ``|r_b - c|`` over the mean finite
+    ``r_a``, which makes the bound tight where ``r_a`` and ``r_b`` are typical.  In float64 every term of
+    ``F`` and ``H`` is non-negative and each of ``F``, ``H`` and ``x``, ``y`` is within ``(|q|^2 + F) 2^-51``
+    of its exact value (``|q|^2``, ``r``, ``c`` and ``lam`` are exact numbers), so ``x - (|q|^2 + F) 2^-49`` is
+    below the exact threshold; then floor (int8) or rounding down to float32.
+    int8: ``|G| <= d L^2 <= 2^28`` and ``x <= |q|^2 / 2 <= 2^27``; a threshold below ``-2^29`` is raised to it,
+    which keeps every pair (``G - Y >= -2^28 - 2^27 > -2^29`` and ``G + 2^29 > 2^27 >= X``), so ``G - Y`` and
+    the thresholds fit int32.  fp16: thresholds at least ``-FLT_MAX``, so that ``G - inf`` (a padded column)
+    never passes.  An infinite reach (``eps^2`` overflows) gives the lowest threshold: every pair is kept.
+    """
+    r_a = xp.asarray(r_a).astype(xp.float64)
+    r_b = xp.asarray(r_b).astype(xp.float64)
+    c = float(r_b.mean()) if r_b.shape[0] else 0.0
+    spread = float(xp.abs(r_b - c).mean()) if r_b.shape[0] else 0.0
+    finite = r_a[xp.isfinite(r_a)]
+    typical = float(finite.mean()) if finite.shape[0] else 0.0
+    lam = spread / typical if spread > 0.0 and typical > 0.0 else 1.0
+    lam = min(max(lam, 2.0 ** -40), 1.0)  # (any lam > 0 is sound: only the tightness depends on it)
+    with np.errstate(invalid="ignore", over="ignore"):
+        F = r_a * ((1.0 + lam) * r_a + 2.0 * c)
+        H = r_b * r_b + (r_b - c) * (r_b - c) / lam
+    return _rounded_down(qn2_a, F, fmt, rows_a, xp), _rounded_down(qn2_b, H, fmt, rows_b, xp)
+
+
+def _rounded_down(qn2, F, fmt: str, rows: int, xp):
+    """``(|q|^2 - F) / 2`` below its exact value, in the kernel's type, padded to ``rows`` (:func:`thresholds`)."""
+    qn2 = xp.asarray(qn2, xp.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        x = (qn2 - F) / 2.0
+        x = x - (qn2 + F) * 2.0 ** -49
+    n = int(qn2.shape[0])
+    if fmt == "int8":
+        out = xp.full(int(rows), INT8_BEYOND, xp.int32)
+        out[:n] = xp.clip(xp.floor(x), INT8_FLOOR, 1 << 28).astype(xp.int32)
+    else:
+        out = xp.full(int(rows), xp.inf, xp.float32)
+        out[:n] = down32(xp.maximum(x, -float(np.finfo(np.float32).max)), xp)
+    return out
+
+
+def candidates(G, X, Y):
+    """Which pairs (rows of a, columns of b) the filter keeps, from the exact integer products G (float64 or
+    int64) and the thresholds (:func:`thresholds`, cut to the sides' rows): ``G - Y_b >= X_a``, in float64.
+
+    The int8 kernel computes exactly this; fp16's rounds ``G - Y_b`` up, so it keeps every pair whose exact
+    difference reaches ``X_a``.  The tests check on the CPU that this set holds every true pair."""
+    return (np.asarray(G, np.float64) - np.asarray(Y, np.float64)[None, :]) >= np.asarray(X, np.float64)[:, None]

@@ -5,9 +5,9 @@
 // fp16 (mma m16n8k16, f32 accumulation, every partial sum an integer below 2^24).  Either way
 // the product G = q_a . q_b is exact, so |q_a - q_b|^2 = |q_a|^2 + |q_b|^2 - 2 G exactly, and a
 // true pair satisfies
-//     |q_a - q_b| <= reach0 + u_a + u_b
-// (reach0 >= eps_hi / S, u >= the row's quantisation residual in units of S; proof in
-// tc_quant.py and docs/exactness.md).  Pairs that pass are listed as candidates and decided
+//     |q_a - q_b| <= reach0 + u_a + u_b,  hence  G >= X_a + Y_b
+// (reach0 >= eps_hi / S, u >= the row's quantisation residual in units of S, X and Y per-row and
+// per-column thresholds; proof in tc_quant.py and docs/exactness.md).  Pairs that pass are listed as candidates and decided
 // exactly by a second kernel, in float64 from the stored values with dimensions summed in order
 // (exact.cuh), as in brute.cu; accepted pairs are appended through an atomic counter, the driver
 // sorts them.
@@ -145,29 +145,29 @@ __device__ __forceinline__ void tile_products(const unsigned char* __restrict__ 
     cp_async_wait<0>();
 }
 
-// A lower bound on |q_a - q_b|^2 = qa + qb - 2 G in float32 (exact integers; rounded down).
-__device__ __forceinline__ float low_d2(float qa, float qb, int g) {
-    return __fsub_rd(__fadd_rd(qa, qb), __fmul_ru(2.0f, __int2float_ru(g)));
-}
-__device__ __forceinline__ float low_d2(float qa, float qb, float g) {
-    return __fsub_rd(__fadd_rd(qa, qb), __fmul_ru(2.0f, g));  // g: an integer below 2^24, exact
-}
+// The filter's test of a product G of row a and column b is G - Y_b >= X_a, with X_a and Y_b per-row and
+// per-column thresholds (tc_quant.filter_thresholds, padded to whole tiles with thresholds no product
+// reaches): exact in int32 for the int8 products, and for fp16's with G - Y_b rounded up, so a pair whose
+// exact difference reaches X_a is kept.
+__device__ __forceinline__ int over(int g, int y) { return g - y; }
+__device__ __forceinline__ float over(float g, float y) { return __fsub_ru(g, y); }
+__device__ __forceinline__ int larger(int a, int b) { return max(a, b); }
+__device__ __forceinline__ float larger(float a, float b) { return fmaxf(a, b); }
 
 // The filter: each block forms one tile pair's products and appends the (row, row, tile pair) of every
-// product that passes |q_a - q_b|^2 <= (ra + rb)^2 to a candidate list (ra >= reach0 + u_a and
-// rb >= u_b rounded up to float32; the test rounds every step towards keeping the pair, so no true
-// pair is dropped).  Candidates past `capacity` are counted, not written: the driver then reruns the
-// range with room for all.  The float64 decisions run in a second kernel (brute_tc_exact_*), at full
+// product that passes the test above to a candidate list.  The test is one subtraction and one maximum a
+// product: each thread takes the largest G - Y_b of each of its rows against the row's X_a, and only a warp
+// with a candidate goes on to find which products passed (the bound behind the thresholds, and why a
+// separable test: tc_quant.py).  Candidates past `capacity` are counted, not written: the driver then reruns
+// the range with room for all.  The float64 decisions run in a second kernel (brute_tc_exact_*), at full
 // occupancy, where this one holds 64 accumulators per thread.
 template <typename Acc>
 struct Filter {
     const i64* __restrict__ P;
     const i64* __restrict__ Q;
     i64 n, m;
-    const float* __restrict__ qa;
-    const float* __restrict__ qb;
-    const float* __restrict__ ra;
-    const float* __restrict__ rb;
+    const Acc* __restrict__ tx;
+    const Acc* __restrict__ ty;
     int selfjoin, pair_base;
     unsigned long long* __restrict__ cand_counter;
     i64 capacity;
@@ -178,34 +178,36 @@ struct Filter {
     const i64 tp = P[pair], tq = Q[pair];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int wr = (warp >> 1) * 32, wc = (warp & 1) * 64;
-    const bool diagonal = selfjoin && tp == tq;
-    float qbv[16], rbv[16];
+    Acc yb[16];
 #pragma unroll
     for (int c = 0; c < 16; ++c) {
         const i64 b = tq * TILE + wc + (c >> 1) * 8 + 2 * t + (c & 1);
-        qbv[c] = b < m ? qb[b] : 0.0f;
-        rbv[c] = b < m ? rb[b] : 0.0f;
+        yb[c] = ty[b];
     }
+    bool any = false;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {  // r = 2 mi + h: row wr + 16 mi + g + 8 h
+        const int mi = r >> 1, h = r & 1;
+        const i64 a = tp * TILE + wr + mi * 16 + g + 8 * h;
+        Acc top = over(acc[mi][0][2 * h], yb[0]);
+#pragma unroll
+        for (int c = 1; c < 16; ++c) top = larger(top, over(acc[mi][c >> 1][2 * h + (c & 1)], yb[c]));
+        any |= top >= tx[a];
+    }
+    if (!__any_sync(0xffffffffu, any)) return;
+    const bool diagonal = selfjoin && tp == tq;
     unsigned long long keep = 0ULL;  // a bit per candidate of this thread's 64 products
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
+    for (int r = 0; r < 4; ++r) {
+        const int mi = r >> 1, h = r & 1, rl = wr + mi * 16 + g + 8 * h;
+        const Acc xa = tx[tp * TILE + rl];  // X and Y read again: held, they spilled registers
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int rl = wr + mi * 16 + g + 8 * h;
-            const i64 a = tp * TILE + rl;
-            if (a >= n) continue;
-            const float qar = qa[a], rar = ra[a];
-#pragma unroll
-            for (int ni = 0; ni < 8; ++ni)
-#pragma unroll
-                for (int e1 = 0; e1 < 2; ++e1) {
-                    const int c = ni * 2 + e1, cl = wc + ni * 8 + 2 * t + e1;
-                    if (tq * TILE + cl >= m || (diagonal && cl <= rl)) continue;
-                    const float reach = __fadd_ru(rar, rbv[c]);
-                    if (low_d2(qar, qbv[c], acc[mi][ni][2 * h + e1]) <= __fmul_ru(reach, reach))
-                        keep |= 1ULL << (((mi * 2 + h) * 8 + ni) * 2 + e1);
-                }
+        for (int c = 0; c < 16; ++c) {
+            const int cl = wc + (c >> 1) * 8 + 2 * t + (c & 1);
+            if (over(acc[mi][c >> 1][2 * h + (c & 1)], ty[tq * TILE + cl]) >= xa && !(diagonal && cl <= rl))
+                keep |= 1ULL << (r * 16 + c);
         }
+    }
     // one atomicAdd per warp for the warp's candidates, each lane writing its own after the lanes before it
     const int mine = __popcll(keep);
     int before = mine;
@@ -223,8 +225,9 @@ struct Filter {
         const int bit = __ffsll((long long)keep) - 1;
         keep &= keep - 1;
         if ((i64)base < capacity) {
-            const int e1 = bit & 1, ni = (bit >> 1) & 7, h = (bit >> 4) & 1, mi = bit >> 5;
-            cand[base] = make_int2((int)(tp * TILE + wr + mi * 16 + g + 8 * h), (int)(tq * TILE + wc + ni * 8 + 2 * t + e1));
+            const int r = bit >> 4, c = bit & 15;
+            cand[base] = make_int2((int)(tp * TILE + wr + (r >> 1) * 16 + g + 8 * (r & 1)),
+                                   (int)(tq * TILE + wc + (c >> 1) * 8 + 2 * t + (c & 1)));
             if (cand_pair) cand_pair[base] = pair_base + (int)pair;
         }
         ++base;
@@ -232,24 +235,23 @@ struct Filter {
     }
 };
 
-#define FILTER_ARGS                                                                                         \
+#define FILTER_ARGS(T)                                                                                      \
     const unsigned char* __restrict__ X, const unsigned char* __restrict__ Y, int rowbytes,                  \
     const i64* __restrict__ P, const i64* __restrict__ Q, i64 npairs, i64 n, i64 m,                          \
-    const float* __restrict__ qa, const float* __restrict__ qb,                                              \
-    const float* __restrict__ ra, const float* __restrict__ rb, int selfjoin, int pair_base,                 \
+    const T* __restrict__ tx, const T* __restrict__ ty, int selfjoin, int pair_base,                         \
     unsigned long long* __restrict__ cand_counter, i64 capacity, int2* __restrict__ cand, int* __restrict__ cand_pair
 
 // Each block filters PAIRS_PER_BLOCK consecutive tile pairs of the list.
 template <typename Acc>
-__device__ __forceinline__ void filter_range(FILTER_ARGS) {
-    Filter<Acc> visit{P, Q, n, m, qa, qb, ra, rb, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair};
+__device__ __forceinline__ void filter_range(FILTER_ARGS(Acc)) {
+    Filter<Acc> visit{P, Q, n, m, tx, ty, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair};
     const i64 first = blockIdx.x * (i64)PAIRS_PER_BLOCK;
     tile_products<Acc>(X, Y, rowbytes, P, Q, first, min(first + (i64)PAIRS_PER_BLOCK, npairs), visit);
 }
-#define FILTER_PASS X, Y, rowbytes, P, Q, npairs, n, m, qa, qb, ra, rb, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair
+#define FILTER_PASS X, Y, rowbytes, P, Q, npairs, n, m, tx, ty, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair
 
-extern "C" __global__ void __launch_bounds__(THREADS, 2) brute_tc_i8(FILTER_ARGS) { filter_range<int>(FILTER_PASS); }
-extern "C" __global__ void __launch_bounds__(THREADS, 2) brute_tc_f16(FILTER_ARGS) { filter_range<float>(FILTER_PASS); }
+extern "C" __global__ void __launch_bounds__(THREADS, 2) brute_tc_i8(FILTER_ARGS(int)) { filter_range<int>(FILTER_PASS); }
+extern "C" __global__ void __launch_bounds__(THREADS, 2) brute_tc_f16(FILTER_ARGS(float)) { filter_range<float>(FILTER_PASS); }
 
 // The float64 decision of candidates [0, count): accepted pairs appended as in brute.cu, in original ids.
 template <typename T>
