@@ -187,6 +187,24 @@ def test_tensor_core_filter_falls_back_where_the_grid_cannot_hold_the_spread():
         GpuBruteJoin(np.random.default_rng(4).random((300, 40)), None, 0.1, filter="int8", tile=256)
 
 
+@pytest.mark.parametrize("kind, eps, chosen", [("uniform", 3.6825, "int8"), ("expo", 0.296, "fp16")])
+def test_auto_takes_int8_where_a_sample_shows_it_faster(kind, eps, chosen, monkeypatch):
+    """A large join (the threshold lowered here) with ``filter="auto"`` at 128-d samples both grids on the device:
+    int8 on uniform rows, fp16 on exponential ones (tests/test_tc_quant.py has the shares); a small join keeps fp16
+    without sampling.  Either way the same pairs as the fp16 filter, which the oracle tests check."""
+    from daskjoin.io.synth import generate
+    from daskjoin.kernels.brute_gpu import GpuBruteJoin
+
+    x = generate(kind, 20_000, 128, seed=0)
+    small = GpuBruteJoin(x, None, eps)
+    assert small.filter == "fp16" and small.int8_extra is None
+    monkeypatch.setattr(tc_quant, "SAMPLE_FROM_PAIRS", 1)
+    join = GpuBruteJoin(x, None, eps)
+    assert join.filter == chosen and (join.int8_extra < tc_quant.INT8_EXTRA_SHARE) == (chosen == "int8")
+    got, want = join.pairs(), GpuBruteJoin(x, None, eps, filter="fp16").pairs()
+    assert len(got[0]) > 1000 and all(np.array_equal(p, q) for p, q in zip(got, want))
+
+
 @pytest.mark.parametrize("fmt", FILTERS)
 def test_candidate_lists_too_small_for_a_range_are_rerun_with_room_for_all(fmt, monkeypatch):
     """A first guess of 1,000 candidates for ranges of far more: the range's launch overflows and runs again

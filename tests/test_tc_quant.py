@@ -199,6 +199,26 @@ def test_eps_whose_square_overflows_keeps_every_pair(fmt):
     assert tc_quant.reach0(1e200, 1.0, 64) == np.inf
 
 
+@pytest.mark.parametrize("kind, eps, int8", [("uniform", 3.6825, True), ("expo", 0.296, False)])
+def test_auto_samples_whether_int8_is_faster(kind, eps, int8):
+    """128-d: uniform rows (eps for ~64 neighbours at 1M rows) pass about 3e-5 of all pairs more on int8's grid than on
+    fp16's, so int8 (twice the rate) wins; exponential rows (lambda 40, ~1,700 neighbours) about 3e-3, so fp16 does
+    (bench_highd.py on an H200: int8 1.40x faster on the first, fp16 1.24x on the second)."""
+    from daskjoin.io.synth import generate
+
+    x = generate(kind, 20_000, 128, seed=0).astype(np.float64)
+    centre = (x.min(axis=0) + x.max(axis=0)) / 2
+    spread = float(np.abs(x - centre).max())
+    faster, extra = tc_quant.prefer_int8(x, None, eps, centre, spread)
+    assert faster == int8 and (extra < tc_quant.INT8_EXTRA_SHARE) == int8, extra
+    assert 1e-5 < extra < 1e-4 if int8 else 1e-3 < extra < 1e-2
+    # the counts behind it: every true pair of the sample, fp16 passing fewer than int8
+    rows_a, rows_b = x[:300], x[::7]
+    truth = int((pairwise_squared_distances(rows_a, rows_b) <= eps * eps).sum())
+    fp16 = tc_quant.sampled_candidates(rows_a, rows_b, eps, centre, spread, "fp16")
+    assert truth <= fp16 <= tc_quant.sampled_candidates(rows_a, rows_b, eps, centre, spread, "int8")
+
+
 def test_no_grid_beyond_the_margins_dimensionality():
     assert tc_quant.levels("int8", tc_quant.MAX_D) >= 1
     assert tc_quant.levels("int8", tc_quant.MAX_D + 1) == 0 and tc_quant.scale(1.0, 0) is None
@@ -219,8 +239,11 @@ def test_choose_filter_follows_dimensionality():
     assert choose_filter("auto", FP16_TO_D + 1)[0] == "int8"
     assert choose_filter("fp16", 3) == ("fp16", "requested")
     assert choose_filter("auto", 128, tile=256)[0] == "fp32" and choose_filter("auto", 128, tile=128)[0] == "fp16"
-    # the driver's own rule (kernels may not import planning) makes the same choices
+    # the driver's own rule (kernels may not import planning) makes the same choices, and explain() names its sample
     assert (tc_quant.TC_FROM_D, tc_quant.FP16_TO_D) == (TC_FROM_D, FP16_TO_D)
+    why = choose_filter("auto", 128)[1]
+    assert tc_quant.SAMPLE_FROM_PAIRS == 1 << 32 and "2^32 pairs" in why
+    assert tc_quant.INT8_EXTRA_SHARE == 2e-4 and "2e-4" in why
     for d in (1, 63, 64, 128, 260, 261, 960, 10_000):
         for tile in (None, 128, 256):
             assert tc_quant.auto_filter(d, tile) == choose_filter("auto", d, tile)[0], (d, tile)

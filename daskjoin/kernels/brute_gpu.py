@@ -324,9 +324,14 @@ class GpuBruteJoin:
         if self.filter == "fp16" and not fp16_products_exact():
             self.filter = "int8"  # this device's fp16 accumulation drops integer bits: int8 is exact by definition
         self.S = None
+        self.int8_extra = None  # the sampled share of pairs int8 passes beyond fp16, where auto sampled it
         if self.filter != "fp32":
             # the grid's step from the spread about the centre: R bounds every |x_k - c_k| as computed
             spread = max(_spread(a, centre), 0.0 if b is None else _spread(b, centre))
+            if (filter == "auto" and self.filter == "fp16"
+                    and a.shape[0] * float(a.shape[0] if b is None else b.shape[0]) >= tc_quant.SAMPLE_FROM_PAIRS):
+                faster, self.int8_extra = tc_quant.prefer_int8(a, b, self.eps, centre, spread, cp)
+                self.filter = "int8" if faster else "fp16"
             L = tc_quant.levels(self.filter, self.d)
             self.S = tc_quant.scale(spread, L)
             if self.S is None:  # spread outside the grid's range: the fp32 filter holds there

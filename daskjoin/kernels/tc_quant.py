@@ -62,8 +62,51 @@ TC_FROM_D = 64
 FP16_TO_D = 260
 
 
+#: Where ``auto`` gives fp16, a join of at least this many pairs samples whether int8 is faster
+#: (:func:`prefer_int8`): its filter takes half fp16's tensor-core time (H200, 1M x 128: 0.35 against 0.70 s,
+#: about 5.5e-15 s a pair and dimension), but its coarser grid passes more candidates, each decided in float64
+#: at 5e-12 to 3e-11 s a dimension (clustered to scattered candidates).  So int8 wins while the candidates it
+#: passes beyond fp16's stay below 5.5e-15 / 2.8e-11 = 2e-4 of all pairs: uniform 1M x 128 2.6e-5 (int8 1.40x
+#: faster), embedding-like 10M x 128 3.5e-6 (1.33x), exponential 1M x 128 2.9e-3 (fp16 1.24x faster).
+INT8_EXTRA_SHARE = 2e-4
+SAMPLE_FROM_PAIRS = 1 << 32
+#: rows of A and of B whose pairs the choice counts (a 1024 x 16384 float64 product: 128 MiB, milliseconds)
+SAMPLE_ROWS = (1024, 16384)
+
+
+def sampled_candidates(a_rows, b_rows, eps: float, centre, spread: float, fmt: str, xp=np):
+    """How many pairs of ``a_rows`` x ``b_rows`` (float64) the ``fmt`` filter passes, on the grid the join would
+    use (its centre and spread); None where that grid cannot hold the data."""
+    d = int(a_rows.shape[1])
+    L = levels(fmt, d)
+    S = scale(spread, L)
+    if S is None:
+        return None
+    qa, na, ua = quantise(a_rows - centre, S, L, xp)
+    qb, nb, ub = quantise(b_rows - centre, S, L, xp)
+    G = qa @ qb.T  # integers below 2^53 in every partial sum: exact in float64
+    X, Y = thresholds(na, row_reach(ua, reach0(eps, S, d), xp), nb, row_reach(ub, 0.0, xp), fmt, len(na), len(nb),
+                      xp)
+    return int(((G - Y.astype(xp.float64)[None, :]) >= X.astype(xp.float64)[:, None]).sum())
+
+
+def prefer_int8(a, b, eps: float, centre, spread: float, xp=np) -> tuple[bool, float | None]:
+    """Whether the int8 filter is faster than fp16 on this join, and the share of all pairs int8 passes beyond
+    fp16's (:data:`INT8_EXTRA_SHARE`), from evenly spaced rows of ``a`` and ``b`` (``b`` None: a self-join)."""
+    b = a if b is None else b
+    rows_a = a[xp.linspace(0, a.shape[0] - 1, min(SAMPLE_ROWS[0], a.shape[0])).astype(xp.int64)]
+    rows_b = b[xp.linspace(0, b.shape[0] - 1, min(SAMPLE_ROWS[1], b.shape[0])).astype(xp.int64)]
+    int8 = sampled_candidates(rows_a, rows_b, eps, centre, spread, "int8", xp)
+    fp16 = sampled_candidates(rows_a, rows_b, eps, centre, spread, "fp16", xp)
+    if int8 is None or fp16 is None:
+        return False, None
+    extra = (int8 - fp16) / float(rows_a.shape[0] * rows_b.shape[0])
+    return extra < INT8_EXTRA_SHARE, extra
+
+
 def auto_filter(d: int, tile: int | None = None) -> str:
-    """fp32 below ``TC_FROM_D`` dimensions or for a tile size other than 128, fp16 up to ``FP16_TO_D``, int8 beyond."""
+    """fp32 below ``TC_FROM_D`` dimensions or for a tile size other than 128, fp16 up to ``FP16_TO_D`` (where a large
+    join may take int8 instead: :func:`prefer_int8`), int8 beyond."""
     if d < TC_FROM_D or (tile is not None and int(tile) != 128):
         return "fp32"
     return "fp16" if d <= FP16_TO_D else "int8"

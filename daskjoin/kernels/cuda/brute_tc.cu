@@ -146,7 +146,7 @@ __device__ __forceinline__ void tile_products(const unsigned char* __restrict__ 
 }
 
 // The filter's test of a product G of row a and column b is G - Y_b >= X_a, with X_a and Y_b per-row and
-// per-column thresholds (tc_quant.filter_thresholds, padded to whole tiles with thresholds no product
+// per-column thresholds (tc_quant.thresholds, padded to whole tiles with thresholds no product
 // reaches): exact in int32 for the int8 products, and for fp16's with G - Y_b rounded up, so a pair whose
 // exact difference reaches X_a is kept.
 __device__ __forceinline__ int over(int g, int y) { return g - y; }
