@@ -153,8 +153,7 @@ def test_int8_products_and_thresholds_fit_int32(d):
     X, Y = tc_quant.thresholds(na, r, na, np.array([0.0, 9.0, 3.0, 3.5], np.float32), "int8", 8, 8)
     assert X.min() >= tc_quant.INT8_FLOOR and X[:4].max() <= top // 2 + 1 and (X[4:] == tc_quant.INT8_BEYOND).all()
     for g in (-top, 0, top):
-        with np.errstate(over="raise"):
-            diff32 = np.int32(g) - Y
+        diff32 = np.int32(g) - Y  # int32 arithmetic wraps silently: the int64 comparison catches a wrap
         assert np.array_equal(diff32.astype(np.int64), np.int64(g) - Y.astype(np.int64))
         passed = (np.int64(g) - Y.astype(np.int64))[None, :] >= X.astype(np.int64)[:, None]
         assert not passed[4:].any() and not passed[:, 4:].any()  # padding: never a candidate
@@ -197,6 +196,44 @@ def test_eps_whose_square_overflows_keeps_every_pair(fmt):
         assert truth[0, 1] and keep[0, 1]
         _assert_no_true_pair_lost(x, x, 1e200, fmt)
     assert tc_quant.reach0(1e200, 1.0, 64) == np.inf
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    qa=st.lists(st.integers(0, 2 ** 28), min_size=0, max_size=6), qb=st.lists(st.integers(0, 2 ** 28), min_size=1, max_size=6),
+    ra=st.lists(st.one_of(st.floats(0.0, 2.0 ** 127, width=32), st.just(np.inf)), min_size=6, max_size=6),
+    rb=st.lists(st.one_of(st.floats(2.0 ** -100, 2.0 ** 127, width=32), st.just(np.inf)), min_size=6, max_size=6),
+    equal_b=st.booleans(), fmt=st.sampled_from(sorted(tc_quant.FORMATS)),
+)
+def test_thresholds_are_below_the_exact_ones(qa, qb, ra, rb, equal_b, fmt):
+    """X_a <= x_a and Y_b <= y_b (or the floor), in exact rationals from the very c and lam the driver used: reaches
+    from 1e-30 to 3e38, infinite ones, all of B's equal (no spread: lam at its cap), norms up to 2^28 (cancellation
+    where |q|^2 is about F)."""
+    from fractions import Fraction
+
+    r_a = np.array(ra[:len(qa)], np.float32)
+    r_b = np.array([rb[0]] * len(qb) if equal_b else (rb * 2)[:len(qb)], np.float32)
+    na, nb = np.array(qa, np.float64), np.array(qb, np.float64)
+    X, Y = tc_quant.thresholds(na, r_a, nb, r_b, fmt, len(na) + 3, len(nb) + 3)
+    c, lam = tc_quant.bound_constants(r_a.astype(np.float64), r_b.astype(np.float64))
+    c, lam = Fraction(c), Fraction(lam)
+    assert lam > 0
+    # a threshold below the floor is raised to it: that keeps every pair, whatever G (test above)
+    floor = Fraction(tc_quant.INT8_FLOOR if fmt == "int8" else tc_quant.FP16_FLOOR)
+    for q, r, t in zip(na, r_a, X):
+        if np.isinf(r):
+            assert t == (tc_quant.INT8_FLOOR if fmt == "int8" else tc_quant.FP16_FLOOR)
+            continue
+        r = Fraction(float(r))
+        assert Fraction(float(t)) <= max(floor, (Fraction(q) - r * ((1 + lam) * r + 2 * c)) / 2)
+    for q, r, t in zip(nb, r_b, Y):
+        if np.isinf(r):
+            assert t == (tc_quant.INT8_FLOOR if fmt == "int8" else tc_quant.FP16_FLOOR)
+            continue
+        r = Fraction(float(r))
+        assert Fraction(float(t)) <= max(floor, (Fraction(q) - r * r - (r - c) ** 2 / lam) / 2)
+    beyond = tc_quant.INT8_BEYOND if fmt == "int8" else np.inf
+    assert (X[len(na):] == beyond).all() and (Y[len(nb):] == beyond).all()
 
 
 @pytest.mark.parametrize("kind, eps, int8", [("uniform", 3.6825, True), ("expo", 0.296, False)])

@@ -196,27 +196,42 @@ def thresholds(qn2_a, r_a, qn2_b, r_b, fmt: str, rows_a: int, rows_b: int, xp=np
 
     ``F_a = r_a ((1 + lam) r_a + 2 c)`` and ``H_b = r_b^2 + (r_b - c)^2 / lam`` for any ``c`` and ``lam > 0``
     (module docstring); ``c`` is the mean ``r_b`` and ``lam`` the mean ``|r_b - c|`` over the mean finite
-    ``r_a``, which makes the bound tight where ``r_a`` and ``r_b`` are typical.  In float64 every term of
-    ``F`` and ``H`` is non-negative and each of ``F``, ``H`` and ``x``, ``y`` is within ``(|q|^2 + F) 2^-51``
-    of its exact value (``|q|^2``, ``r``, ``c`` and ``lam`` are exact numbers), so ``x - (|q|^2 + F) 2^-49`` is
-    below the exact threshold; then floor (int8) or rounding down to float32.
+    ``r_a`` (:func:`bound_constants`), which makes the bound tight where ``r_a`` and ``r_b`` are typical.  In
+    float64 every term of ``F`` and ``H`` is non-negative and takes at most five roundings, so ``x`` and ``y``
+    are within ``(|q|^2 + F) 2^-51`` of their exact values (``|q|^2``, ``r``, ``c`` and ``lam`` are exact
+    numbers), and ``x - (|q|^2 + F) 2^-49`` is below the exact threshold; then floor (int8) or rounding down to
+    float32.
     int8: ``|G| <= d L^2 <= 2^28`` and ``x <= |q|^2 / 2 <= 2^27``; a threshold below ``-2^29`` is raised to it,
     which keeps every pair (``G - Y >= -2^28 - 2^27 > -2^29`` and ``G + 2^29 > 2^27 >= X``), so ``G - Y`` and
-    the thresholds fit int32.  fp16: thresholds at least ``-FLT_MAX``, so that ``G - inf`` (a padded column)
-    never passes.  An infinite reach (``eps^2`` overflows) gives the lowest threshold: every pair is kept.
+    the thresholds fit int32.  fp16: thresholds at least :data:`FP16_FLOOR` (``-2^64``), which keeps every pair
+    (``|G|`` and ``|q|^2 / 2`` are at most ``2^24``) and leaves ``G - Y`` finite, so that a padded row's ``+inf``
+    is never reached, and a padded column's ``G - inf`` never passes.  An infinite reach (``eps^2`` overflows)
+    gives the lowest threshold: its row, or column, keeps every pair.
     """
     r_a = xp.asarray(r_a).astype(xp.float64)
     r_b = xp.asarray(r_b).astype(xp.float64)
-    c = float(r_b.mean()) if r_b.shape[0] else 0.0
-    spread = float(xp.abs(r_b - c).mean()) if r_b.shape[0] else 0.0
-    finite = r_a[xp.isfinite(r_a)]
-    typical = float(finite.mean()) if finite.shape[0] else 0.0
-    lam = spread / typical if spread > 0.0 and typical > 0.0 else 1.0
-    lam = min(max(lam, 2.0 ** -40), 1.0)  # (any lam > 0 is sound: only the tightness depends on it)
+    c, lam = bound_constants(r_a, r_b, xp)
     with np.errstate(invalid="ignore", over="ignore"):
         F = r_a * ((1.0 + lam) * r_a + 2.0 * c)
         H = r_b * r_b + (r_b - c) * (r_b - c) / lam
     return _rounded_down(qn2_a, F, fmt, rows_a, xp), _rounded_down(qn2_b, H, fmt, rows_b, xp)
+
+
+def bound_constants(r_a, r_b, xp=np) -> tuple[float, float]:
+    """``(c, lam)`` of :func:`thresholds`: the mean finite ``r_b``, and its mean deviation over the mean finite
+    ``r_a``, kept in ``[2^-40, 1]`` (any ``lam > 0`` is sound: only the bound's tightness depends on these)."""
+    finite_b = r_b[xp.isfinite(r_b)]
+    c = float(finite_b.mean()) if finite_b.shape[0] else 0.0
+    spread = float(xp.abs(finite_b - c).mean()) if finite_b.shape[0] else 0.0
+    finite_a = r_a[xp.isfinite(r_a)]
+    typical = float(finite_a.mean()) if finite_a.shape[0] else 0.0
+    lam = spread / typical if spread > 0.0 and typical > 0.0 else 1.0
+    return c, min(max(lam, 2.0 ** -40), 1.0)
+
+
+#: fp16 thresholds are at least this: a threshold below keeps every pair anyway (|G|, |q|^2 <= 2^24), and with
+#: it ``G - Y`` stays finite, so a padded row's ``+inf`` is never reached
+FP16_FLOOR = -(2.0 ** 64)
 
 
 def _rounded_down(qn2, F, fmt: str, rows: int, xp):
@@ -225,13 +240,14 @@ def _rounded_down(qn2, F, fmt: str, rows: int, xp):
     with np.errstate(invalid="ignore", over="ignore"):
         x = (qn2 - F) / 2.0
         x = x - (qn2 + F) * 2.0 ** -49
+    x = xp.where(xp.isnan(x), -xp.inf, x)  # (no reach here is NaN; were one, its row would keep every pair)
     n = int(qn2.shape[0])
     if fmt == "int8":
         out = xp.full(int(rows), INT8_BEYOND, xp.int32)
         out[:n] = xp.clip(xp.floor(x), INT8_FLOOR, 1 << 28).astype(xp.int32)
     else:
         out = xp.full(int(rows), xp.inf, xp.float32)
-        out[:n] = down32(xp.maximum(x, -float(np.finfo(np.float32).max)), xp)
+        out[:n] = down32(xp.maximum(x, FP16_FLOOR), xp)
     return out
 
 
