@@ -43,7 +43,8 @@ def test_sorted_pieces_are_the_sorted_pairs_in_fixed_pieces(data, rows, sort_row
     j = np.array([k[1] for k in keys], np.int64)
     v = (i * 3 + j).astype(np.float64) if with_value else None
     bounds = [0, *cuts, len(i)]
-    batches = [(i[a:b], j[a:b], None if v is None else v[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    # copies: the task's batches are its own, and the sort may take their arrays as its outputs
+    batches = [(i[a:b].copy(), j[a:b].copy(), None if v is None else v[a:b].copy()) for a, b in zip(bounds[:-1], bounds[1:])]
     out = list(sorted_pieces(iter(batches), rows, sort_rows))
     assert [len(p[0]) for p in out[:-1]] == [rows] * (len(out) - 1)
     assert not out or 0 < len(out[-1][0]) <= rows
@@ -387,7 +388,9 @@ def test_sorted_whole_trusts_a_drivers_sorted_runs_and_sorts_anything_else(data,
     j = np.array([k[1] for k in keys], np.int64)
     value = np.arange(len(keys), dtype=np.float32) if with_value else None
     edges = [0, *cuts, len(keys)]
-    batches = [SortedRun((i[a:b], j[a:b], None if value is None else value[a:b])) for a, b in zip(edges, edges[1:])]
+    # copies: a task's batches are its own, and the sort may take their arrays as its outputs
+    plain = [(i[a:b].copy(), j[a:b].copy(), None if value is None else value[a:b].copy()) for a, b in zip(edges, edges[1:])]
+    batches = [SortedRun(tuple(x if x is None else x.copy() for x in b)) for b in plain]
     with mock.patch.object(pair_order, "is_sorted", side_effect=AssertionError("checked pair by pair")):
         got = pair_order.sorted_whole(batches)
     order = np.lexsort((j, i))
@@ -397,7 +400,6 @@ def test_sorted_whole_trusts_a_drivers_sorted_runs_and_sorts_anything_else(data,
     assert np.array_equal(got[0], i[order]) and np.array_equal(got[1], j[order])
     if with_value:
         assert np.array_equal(got[2], value[order])
-    plain = [tuple(b) for b in batches]
     got_plain = pair_order.sorted_whole(plain)
     assert np.array_equal(got_plain[0], i[order]) and np.array_equal(got_plain[1], j[order])
 
@@ -480,13 +482,16 @@ def test_few_rows_sort_in_one_pass_many_in_two():
     assert not pair_sort._two_passes(1000, 200_000, 2)  # too few pairs to bother
 
 
+@pytest.mark.parametrize("passes", ["two", "one"])
 @pytest.mark.parametrize("with_value", [True, False, "float64"])
-def test_sort_pairs_consume_takes_the_inputs_as_outputs_only_where_it_may(with_value, monkeypatch):
+def test_sort_pairs_consume_takes_the_inputs_as_outputs_only_where_it_may(with_value, passes, monkeypatch):
     """``consume=True`` (a task's own pairs): the two-pass scatter writes its outputs into the inputs, so only its
-    scratch is fresh; read-only or overlapping inputs are left alone; without ``consume`` nothing is written."""
+    scratch is fresh, and the one pass its rows and 4-byte values (its words become a fresh j column); read-only
+    or overlapping inputs are left alone; without ``consume`` nothing is written."""
     from daskjoin.kernels import pair_sort
 
-    monkeypatch.setattr(pair_sort, "ONE_PASS_CURSOR_BYTES", 0)  # the two passes, whatever the rows
+    # the two passes, or one pass, whatever the rows (8-byte values take their two-pass path either way)
+    monkeypatch.setattr(pair_sort, "ONE_PASS_CURSOR_BYTES", 0 if passes == "two" else 1 << 62)
 
     rng = np.random.default_rng(9)
     n = 3 * pair_sort.RADIX_CHUNK_MIN
@@ -512,7 +517,8 @@ def test_sort_pairs_consume_takes_the_inputs_as_outputs_only_where_it_may(with_v
     assert np.array_equal(frozen[0], i) and np.array_equal(frozen[1], j)
     got = pair_sort.sort_pairs(*copies[:2], copies[2] if with_value else None, consume=True)
     check(got)
-    assert got[0] is copies[0] and got[1] is copies[1]  # the inputs became the outputs
+    one_pass_words = passes == "one" and with_value != "float64"
+    assert got[0] is copies[0] and (got[1] is copies[1]) != one_pass_words  # the inputs became the outputs
     if with_value:
         assert got[2] is copies[2]
     both = np.stack([i, j])  # rows of one array: apart, so they may be taken; a view of itself may not

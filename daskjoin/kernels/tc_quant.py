@@ -168,7 +168,7 @@ def quantise(y, S: float, L: int, xp=np):
 def down32(x, xp=np):
     """float32 values <= x (float64): x rounded towards -inf."""
     y = x.astype(xp.float32)
-    with np.errstate(over="ignore"):  # nextafter(-FLT_MAX) is computed for every row, used only where needed
+    with np.errstate(over="ignore"):  # nextafter is computed for every row (overflowing at -FLT_MAX), used where needed
         return xp.where(y.astype(xp.float64) > x, xp.nextafter(y, xp.float32(-xp.inf)), y)
 
 
