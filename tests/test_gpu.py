@@ -311,3 +311,22 @@ def test_cpu_and_gpu_tasks_of_one_plan_write_identical_bytes(tmp_path, method):
             outs[f"sets-{backend}"] = {p.name: p.read_bytes() for p in sorted(out.glob("part-*.parquet"))}
     assert len(outs["cpu"]) > 1 and outs["cpu"] == outs["gpu"]
     assert len(outs["sets-cpu"]) > 1 and outs["sets-cpu"] == outs["sets-gpu"]
+
+
+def test_device_budget_counts_what_cupys_pool_caches():
+    """Blocks CuPy's pool caches after an array is freed are free to the next buffers: a second join in a process
+    must not see the first one's freed memory as taken (it then spilled its pairs to the host unsorted)."""
+    import cupy as cp
+
+    from daskjoin.kernels.gpu_common import cupy_pool_cached, device_budget_bytes
+
+    pool = cp.get_default_memory_pool()
+    pool.free_all_blocks()
+    before = device_budget_bytes(0.5)
+    held = cp.empty(int(cp.cuda.runtime.memGetInfo()[0] // 4), cp.uint8)
+    size = held.nbytes
+    del held  # back to the pool, not to the device
+    assert cupy_pool_cached() >= size
+    assert device_budget_bytes(0.5) >= 0.95 * before  # without the pool's blocks: about 0.875 of it
+    pool.free_all_blocks()
+    assert cupy_pool_cached() == 0
