@@ -53,84 +53,103 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// Bytes k0 .. k0 + KB of the rows of tiles tp (of X) and tq (of Y) into stage s (A rows, then B rows),
-// by asynchronous copies (no registers, all in flight at once), committed as one group.
-__device__ __forceinline__ void stage_chunk(unsigned char* s, const unsigned char* __restrict__ X,
-                                            const unsigned char* __restrict__ Y, int rowbytes, i64 tp, i64 tq, int k0) {
-    const unsigned char* xa = X + tp * TILE * (i64)rowbytes + k0;
-    const unsigned char* yb = Y + tq * TILE * (i64)rowbytes + k0;
-    const int vecs = min(KB, rowbytes - k0) >> 4;  // rowbytes: a multiple of 32
-    for (int v = threadIdx.x; v < TILE * vecs; v += THREADS) {
-        const int r = v / vecs, c = v - r * vecs;
-        cp_async16(s + r * LDS + c * 16, xa + r * (i64)rowbytes + c * 16);
-        cp_async16(s + (TILE + r) * LDS + c * 16, yb + r * (i64)rowbytes + c * 16);
-    }
-    cp_async_commit();
+// Bytes k0 .. k0 + KB of the 128 rows of one tile (src: its first row's byte k0) into the slot at s, by
+// asynchronous copies (no registers, all in flight at once); the caller commits the group.  Thread x copies
+// the 16-byte vectors x mod 8 of rows x / 8, x / 8 + 32, ...: no division, and a chunk shorter than KB
+// (vecs < 8) leaves the same threads idle throughout.
+__device__ __forceinline__ void stage_rows(unsigned char* s, const unsigned char* __restrict__ src, int rowbytes,
+                                           int vecs) {
+    const int c = threadIdx.x & 7;
+    if (c >= vecs) return;
+#pragma unroll
+    for (int r = threadIdx.x >> 3; r < TILE; r += THREADS / 8)
+        cp_async16(s + r * LDS + c * 16, src + r * (i64)rowbytes + c * 16);
 }
 
-// acc[mi][ni][e] += the products of one staged chunk of w bytes: row wr + 16 mi + g + 8 (e >> 1),
-// column wc + 8 ni + 2 t + (e & 1) of the tile product.
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const unsigned char* p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+// acc[mi][ni][e] += the products of one staged chunk of w bytes (A rows at sA, B rows at sB): row
+// wr + 16 mi + g + 8 (e >> 1), column wc + 8 ni + 2 t + (e & 1) of the tile product.  The fragments come
+// by ldmatrix (four 8 x 16-byte matrices an instruction, 6 loads a 32-byte step where 32-bit loads took
+// 24): read as b16 matrices they are the int8 m16n8k32 and fp16 m16n8k16 fragments alike (lane 4g + t
+// holds bytes 4t .. 4t + 3 of row g of each matrix), and the 144-byte row pitch puts the 8 rows of a
+// matrix on 8 distinct groups of 4 banks.
 template <typename Acc>
-__device__ __forceinline__ void chunk_product(const unsigned char* s, int w, Acc (&acc)[2][8][4]) {
-    const unsigned char* sA = s;
-    const unsigned char* sB = s + TILE * LDS;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+__device__ __forceinline__ void chunk_product(const unsigned char* sA, const unsigned char* sB, int w,
+                                              Acc (&acc)[2][8][4]) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wr = (warp >> 1) * 32, wc = (warp & 1) * 64;
+    // lane l addresses row l & 15 (A: matrices 0, 1 the rows 0-7, 8-15; 2, 3 the same 16 bytes on) and,
+    // for B, row 8 (l >> 4) + (l & 7) at byte 16 ((l >> 3) & 1)
+    const unsigned char* pa = sA + (wr + (lane & 15)) * LDS + (lane >> 4) * 16;
+    const unsigned char* pb = sB + (wc + ((lane >> 4) << 3) + (lane & 7)) * LDS + ((lane >> 3) & 1) * 16;
     for (int kk = 0; kk < w; kk += 32) {
-        u32 a[2][4], b[8][2];
+        u32 a[2][4], b[4][4];  // b[p]: columns 16 p .. 16 p + 15 (fragments ni = 2 p, 2 p + 1)
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-            const unsigned char* p = sA + (wr + mi * 16 + g) * LDS + kk + t * 4;
-            a[mi][0] = *(const u32*)p;
-            a[mi][1] = *(const u32*)(p + 8 * LDS);
-            a[mi][2] = *(const u32*)(p + 16);
-            a[mi][3] = *(const u32*)(p + 8 * LDS + 16);
-        }
+        for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[mi], pa + mi * 16 * LDS + kk);
 #pragma unroll
-        for (int ni = 0; ni < 8; ++ni) {
-            const unsigned char* p = sB + (wc + ni * 8 + g) * LDS + kk + t * 4;
-            b[ni][0] = *(const u32*)p;
-            b[ni][1] = *(const u32*)(p + 16);
-        }
+        for (int q = 0; q < 4; ++q) ldmatrix_x4(b[q], pb + q * 16 * LDS + kk);
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-            for (int ni = 0; ni < 8; ++ni) mma_tile(acc[mi][ni], a[mi], b[ni]);
+            for (int ni = 0; ni < 8; ++ni) {
+                const u32 bf[2] = {b[ni >> 1][(ni & 1) * 2], b[ni >> 1][(ni & 1) * 2 + 1]};
+                mma_tile(acc[mi][ni], a[mi], bf);
+            }
     }
 }
 
 // The tile products of pairs first .. end - 1 of (P, Q), one after another, each handed to
-// visit(k, acc).  Chunks of KB bytes are staged NSTAGES deep in dynamic shared memory (TC_SMEM
-// bytes): the copies of the next chunks (of this pair or the next ones) are in flight while this
-// chunk's products and the last pair's visit run, so a block never waits on a whole tile's load
-// as it did with one tile pair per block (which spent most of its time there).
+// visit(k, acc).  Items (a pair's chunk of KB bytes) are staged NSTAGES deep in dynamic shared memory
+// (TC_SMEM bytes): the copies of the next items are in flight while this item's products and the last
+// pair's visit run.  B rows go to the item's stage; A rows to an A slot of their own, loaded only where
+// the item's A chunk differs from the last item's: with whole rows in one chunk (nk == 1) a run of pairs
+// of one tile of P (the list is in row-major order) loads it once, which halves the bytes read from L2
+// on dense lists.  A slots go round by run, NSTAGES of them: the slot a new run takes last served the run
+// three before, whose items all finished before the __syncthreads that precedes the staging (the items
+// in use then, it and it + 1, belong to the two runs before the new one at the earliest).
 template <typename Acc, typename Visit>
 __device__ __forceinline__ void tile_products(const unsigned char* __restrict__ X, const unsigned char* __restrict__ Y,
                                               int rowbytes, const i64* __restrict__ P, const i64* __restrict__ Q,
                                               i64 first, i64 end, Visit& visit) {
     extern __shared__ __align__(16) unsigned char stages[];
+    unsigned char* const aslots = stages;                           // NSTAGES slots of TILE rows of A
+    unsigned char* const bslots = stages + NSTAGES * TILE * LDS;    // NSTAGES stages of TILE rows of B
     const int nk = (rowbytes + KB - 1) / KB;
     const i64 items = (end - first) * nk;
     if (items <= 0) return;
     Acc acc[2][8][4];
+    int run = -1;        // A runs staged so far, less one
+    unsigned held = 0;   // 2 bits a stage: the A slot of the item staged there
+    i64 last_tp = -1;
+    auto stage = [&](i64 item) {
+        const int st = (int)(item % NSTAGES);
+        if (item < items) {
+            const i64 k = first + item / nk;
+            const int kc = (int)(item % nk), k0 = kc * KB, vecs = min(KB, rowbytes - k0) >> 4;
+            const i64 tp = P[k];
+            if (nk > 1 || tp != last_tp) {
+                run = run + 1 == NSTAGES ? 0 : run + 1;  // run counted modulo NSTAGES: the slot
+                stage_rows(aslots + run * TILE * LDS, X + tp * TILE * (i64)rowbytes + k0, rowbytes, vecs);
+                last_tp = tp;
+            }
+            stage_rows(bslots + st * TILE * LDS, Y + Q[k] * TILE * (i64)rowbytes + k0, rowbytes, vecs);
+            held = (held & ~(3u << (2 * st))) | ((unsigned)run << (2 * st));
+        }
+        cp_async_commit();  // an empty group past the end keeps the count that cp.async.wait_group waits on
+    };
 #pragma unroll
-    for (int s = 0; s < NSTAGES - 1; ++s) {
-        if (s < items)
-            stage_chunk(stages + s * STAGE_BYTES, X, Y, rowbytes, P[first + s / nk], Q[first + s / nk], (s % nk) * KB);
-        else
-            cp_async_commit();  // an empty group keeps the count that cp.async.wait_group waits on
-    }
+    for (int s = 0; s < NSTAGES - 1; ++s) stage(s);
     for (i64 it = 0; it < items; ++it) {
         cp_async_wait<NSTAGES - 2>();
         __syncthreads();  // item it staged for every thread; every warp done with item it - 1's stage
-        const i64 next = it + NSTAGES - 1;
-        if (next < items)
-            stage_chunk(stages + (int)(next % NSTAGES) * STAGE_BYTES, X, Y, rowbytes, P[first + next / nk],
-                        Q[first + next / nk], (int)(next % nk) * KB);
-        else
-            cp_async_commit();
+        stage(it + NSTAGES - 1);
         const i64 k = first + it / nk;
-        const int kc = (int)(it % nk);
+        const int kc = (int)(it % nk), st = (int)(it % NSTAGES);
         if (kc == 0) {
 #pragma unroll
             for (int mi = 0; mi < 2; ++mi)
@@ -139,7 +158,8 @@ __device__ __forceinline__ void tile_products(const unsigned char* __restrict__ 
 #pragma unroll
                     for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0;
         }
-        chunk_product(stages + (int)(it % NSTAGES) * STAGE_BYTES, min(KB, rowbytes - kc * KB), acc);
+        chunk_product(aslots + ((held >> (2 * st)) & 3u) * TILE * LDS, bslots + st * TILE * LDS,
+                      min(KB, rowbytes - kc * KB), acc);
         if (kc == nk - 1) visit(k, acc);
     }
     cp_async_wait<0>();
