@@ -63,12 +63,14 @@ FP16_TO_D = 260
 
 
 #: Where ``auto`` gives fp16, a join of at least this many pairs samples whether int8 is faster
-#: (:func:`prefer_int8`): its filter takes half fp16's tensor-core time (H200, 1M x 128: 0.35 against 0.70 s,
-#: about 5.5e-15 s a pair and dimension), but its coarser grid passes more candidates, each decided in float64
-#: at 5e-12 to 3e-11 s a dimension (clustered to scattered candidates).  So int8 wins while the candidates it
-#: passes beyond fp16's stay below 5.5e-15 / 2.8e-11 = 2e-4 of all pairs: uniform 1M x 128 2.6e-5 (int8 1.40x
-#: faster), embedding-like 10M x 128 3.5e-6 (1.33x), exponential 1M x 128 2.9e-3 (fp16 1.24x faster).
-INT8_EXTRA_SHARE = 2e-4
+#: (:func:`prefer_int8`).  int8's filter saves about 5e-15 s a pair and dimension against fp16's (H200, 1M x 128,
+#: the filter with its lists: uniform 0.38 against 0.70 s, exponential 0.51 against 0.82 s), but its coarser grid
+#: passes more candidates, each decided in float64 at 1.4e-12 (clustered) to 2.7e-12 (scattered) s a dimension
+#: (the same runs: 2.8e9 candidates in 0.49 s, 5.2e7 in 0.018 s).  Break-even: int8 passing 1.9e-3 to 3.6e-3 of
+#: all pairs beyond fp16; it is taken below 1.5e-3, where it wins whatever its candidates' spread: uniform 1M x 128
+#: 2.9e-5 (count 0.43 s against fp16's 0.78 s), embedding-like 10M x 128 5.8e-6.  Exponential 1M x 128, 3.3e-3,
+#: sits at break-even and keeps fp16 (count 1.11 s, int8's 1.05 s).
+INT8_EXTRA_SHARE = 1.5e-3
 SAMPLE_FROM_PAIRS = 1 << 32
 #: rows of A and of B whose pairs the choice counts (a 1024 x 16384 float64 product: 128 MiB, milliseconds)
 SAMPLE_ROWS = (1024, 16384)

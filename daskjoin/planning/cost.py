@@ -105,6 +105,6 @@ def choose_filter(requested: str, d: int, tile: int | None = None) -> tuple[str,
         return "fp16", (f"{TC_FROM_D} <= d={d} <= {FP16_TO_D}: fp16 tensor cores on rows quantised to integers "
                         "(exact products, a grid finer than int8's; float64 decides); a join of 2^32 pairs or more "
                         "takes int8 (twice the rate) where a sample of its pairs shows int8's coarser grid passing "
-                        "under 2e-4 of all pairs more")
+                        "under 1.5e-3 of all pairs more")
     return "int8", (f"d={d} > {FP16_TO_D}: int8 tensor cores on rows quantised to a 255-level grid "
                     "(exact products, twice fp16's rate at as fine a grid; float64 decides)")

@@ -4,19 +4,39 @@
 
 typedef long long i64;
 
+// 16 bytes of T as one load: lanes of a warp read 32 different rows, so every load instruction costs a
+// pass of the L1 per row whatever its width; vector loads take a group in 4 instructions where scalar
+// ones took 16 (float) or 8 (double).  Generic loads, not __ldg: some callers' rows are in shared memory.
+__device__ __forceinline__ void load16(float* out, const float* p) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
+}
+__device__ __forceinline__ void load16(double* out, const double* p) {
+    const double2 v = *reinterpret_cast<const double2*>(p);
+    out[0] = v.x; out[1] = v.y;
+}
+
 // Float64 squared distance of rows p, q (stored as T) if it is <= eps2, else -1: dimensions summed in
 // order with no FMA (the exact rule, kernels/exact.py).  Loads are issued a group at a time (64 bytes of
 // each row) before their use, so a candidate costs d / group memory latencies, not d; the early exit after
-// each group leaves the decision unchanged (adding non-negative terms never lowers a float sum).
+// each group leaves the decision unchanged (adding non-negative terms never lowers a float sum).  Rows at
+// 16-byte aligned addresses (d * sizeof(T) a multiple of 16) are read by 16-byte loads: the same values,
+// summed in the same order.
 template <typename T>
 __device__ __forceinline__ double exact_within(const T* __restrict__ p, const T* __restrict__ q, int d, double eps2) {
-    constexpr int G = 64 / sizeof(T);
+    constexpr int G = 64 / sizeof(T), V = 16 / sizeof(T);
+    const bool wide = ((reinterpret_cast<unsigned long long>(p) | reinterpret_cast<unsigned long long>(q)) & 15) == 0;
     double s = 0.0;
     int k = 0;
     for (; k + G <= d; k += G) {
         T pv[G], qv[G];
+        if (wide) {
 #pragma unroll
-        for (int t = 0; t < G; ++t) { pv[t] = p[k + t]; qv[t] = q[k + t]; }
+            for (int t = 0; t < G; t += V) { load16(pv + t, p + k + t); load16(qv + t, q + k + t); }
+        } else {
+#pragma unroll
+            for (int t = 0; t < G; ++t) { pv[t] = p[k + t]; qv[t] = q[k + t]; }
+        }
 #pragma unroll
         for (int t = 0; t < G; ++t) {
             const double u = __dsub_rn((double)pv[t], (double)qv[t]);
