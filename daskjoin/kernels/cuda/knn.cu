@@ -5,6 +5,8 @@
 // Distances are the float64 sum, in dimension order, of the squared differences of the stored
 // values (the data rows here are float64 copies, exact); partial sums stop once past the root.
 
+#include "exact.cuh"
+
 #define SHRINK (1.0 - 1e-12)
 #define DJ_INF __longlong_as_double(0x7ff0000000000000LL)  // NVRTC has no math.h DJ_INF
 
@@ -30,17 +32,13 @@ __device__ void offer(double* hd, long long* hj, int k, double d, long long j) {
     hj[at] = j;
 }
 
-// squared distance of query q (d values) and row x, or -1 once the partial sum passes bound; each
-// operation rounded on its own (__dsub_rn/__dmul_rn/__dadd_rn: no FMA contraction), as on the CPU, so
-// both backends decide on the same value to the last bit
+// squared distance of query q (d values) and row x if it is at most bound, else -1: each operation rounded
+// on its own (__dsub_rn/__dmul_rn/__dadd_rn: no FMA contraction), dimensions in order, as on the CPU, so
+// both backends decide on the same value to the last bit.  exact.cuh's rule (the partial sum checked
+// after each group of 8 dimensions, 16-byte loads where the rows are aligned): the same value and the
+// same verdict as a check after every dimension, since partial sums never decrease.
 __device__ __forceinline__ double bounded_d2(const double* q, const double* x, int d, double bound) {
-    double s = 0.0;
-    for (int t = 0; t < d; ++t) {
-        double u = __dsub_rn(q[t], x[t]);
-        s = __dadd_rn(s, __dmul_rn(u, u));
-        if (s > bound) return -1.0;
-    }
-    return s;
+    return exact_within<double>(q, x, d, bound);
 }
 
 // ------------------------------------------------------------------ brute
