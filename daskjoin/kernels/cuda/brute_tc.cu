@@ -66,8 +66,7 @@ __device__ __forceinline__ void stage_rows(unsigned char* s, const unsigned char
         cp_async16(s + r * LDS + c * 16, src + r * (i64)rowbytes + c * 16);
 }
 
-__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const unsigned char* p) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], unsigned a) {  // a: a shared-memory address
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
@@ -85,8 +84,10 @@ __device__ __forceinline__ void chunk_product(const unsigned char* sA, const uns
     const int wr = (warp >> 1) * 32, wc = (warp & 1) * 64;
     // lane l addresses row l & 15 (A: matrices 0, 1 the rows 0-7, 8-15; 2, 3 the same 16 bytes on) and,
     // for B, row 8 (l >> 4) + (l & 7) at byte 16 ((l >> 3) & 1)
-    const unsigned char* pa = sA + (wr + (lane & 15)) * LDS + (lane >> 4) * 16;
-    const unsigned char* pb = sB + (wc + ((lane >> 4) << 3) + (lane & 7)) * LDS + ((lane >> 3) & 1) * 16;
+    // 32-bit shared-memory addresses: two registers fewer than generic pointers (the filter has none to spare)
+    const unsigned pa = (unsigned)__cvta_generic_to_shared(sA) + (wr + (lane & 15)) * LDS + (lane >> 4) * 16;
+    const unsigned pb = (unsigned)__cvta_generic_to_shared(sB) + (wc + ((lane >> 4) << 3) + (lane & 7)) * LDS
+                        + ((lane >> 3) & 1) * 16;
     for (int kk = 0; kk < w; kk += 32) {
         u32 a[2][4], b[4][4];  // b[p]: columns 16 p .. 16 p + 15 (fragments ni = 2 p, 2 p + 1)
 #pragma unroll
