@@ -97,18 +97,14 @@ def main() -> int:
     tx, ty = tc_quant.thresholds(  # reach 0: (almost) nothing listed, the products and the test alone
         join.A.tc[2], tc_quant.row_reach(join.A.tc[3], 0.0, cp), join.A.tc[2], tc_quant.row_reach(join.A.tc[3], 0.0, cp),
         join.filter, join.A.ntiles * 128, join.A.ntiles * 128, cp)
-    product = brute_gpu.tc_kernel(f"brute_tc_{'i8' if join.filter == 'int8' else 'f16'}")
+    launch = brute_gpu.tc_filter_launch(join.filter, join.A.tc, join.A.tc, join.pairs_p, join.pairs_q, (tx, ty), True)
     listed = cp.zeros(1, cp.uint64)
     cand = cp.empty((1 << 20, 2), cp.int32)
     start, stop = cp.cuda.Event(), cp.cuda.Event()
     start.record()
     step = 1 << 22
     for lo in range(0, npairs, step):
-        hi = min(npairs, lo + step)
-        product((-(-(hi - lo) // brute_gpu.TC_PAIRS_PER_BLOCK),), (brute_gpu.BLOCK,), (
-            xa, xa, np.int32(rowbytes), join.pairs_p[lo:hi], join.pairs_q[lo:hi], np.int64(hi - lo),
-            np.int64(join.A.n), np.int64(join.B.n), tx, ty, np.int32(1), np.int32(lo), listed,
-            np.int64(cand.shape[0]), cand, np.uint64(0)), shared_mem=brute_gpu.TC_SMEM_BYTES)
+        launch(lo, min(npairs, lo + step), listed, cand.shape[0], cand, None)
     stop.record()
     stop.synchronize()
     kernel_s = cp.cuda.get_elapsed_time(start, stop) / 1e3

@@ -331,3 +331,55 @@ def test_column_extremes_match_numpy(shape, dtype):
     got = device_bounds(cp.asarray(x), None, cp.asarray(b))
     np.testing.assert_array_equal(got[0], both.min(axis=0).astype(np.float64))
     np.testing.assert_array_equal(got[1], both.max(axis=0).astype(np.float64))
+
+
+def _kept_by_the_rule(fmt, G, X, Y):
+    """The candidates the kernel must list for products G (exact, float64) and thresholds X (rows), Y (columns):
+    ``G - Y >= X`` exactly for int8 (int32 arithmetic), with ``G - Y`` rounded up to float32 for fp16."""
+    if fmt == "int8":
+        return tc_quant.candidates(G, X, Y)
+    diff = G - Y.astype(np.float64)[None, :]  # exact: products and finite thresholds below 2^28 (the caller checks)
+    up = diff.astype(np.float32)
+    up = np.where(up.astype(np.float64) < diff, np.nextafter(up, np.float32(np.inf)), up)
+    return up >= X.astype(np.float32)[:, None]
+
+
+@pytest.mark.parametrize("fmt, d", [("int8", 100), ("int8", 300), ("fp16", 60), ("fp16", 128)])
+@pytest.mark.parametrize("mode", ["self", "cross"])
+def test_filter_kernel_lists_exactly_the_rules_candidates(fmt, d, mode):
+    """The filter kernel's candidate list, pair for pair, against the separable rule evaluated in numpy from the
+    exact products: over every kept tile pair of clustered rows (runs of pairs that share an A tile, runs that
+    break, the diagonal's half of a self-join, partial last tiles), with rows of one 128-byte chunk (int8 at
+    100-d: the A tile staged once a run) and of several (int8 at 300-d, fp16)."""
+    import cupy as cp
+
+    from daskjoin.kernels.brute_gpu import GpuBruteJoin, listed_candidates, tc_filter_launch
+
+    rng = np.random.default_rng(d)
+    centres = rng.random((12, d)) * 4
+    a = centres[rng.integers(0, 12, 1500)] + rng.normal(0, 0.05, (1500, d))
+    b = None if mode == "self" else centres[rng.integers(0, 12, 700)] + rng.normal(0, 0.05, (700, d))
+    eps = 0.1 * np.sqrt(d)
+    join = GpuBruteJoin(a, b, eps, filter=fmt)
+    assert join.filter == fmt
+    P, Q = join.pairs_p, join.pairs_q
+    assert 1 < int(P.shape[0]) < join.A.ntiles * join.B.ntiles  # some tile pairs kept, not all
+    launch = tc_filter_launch(fmt, join.A.tc, join.B.tc, P, Q, join.thresholds, join.selfjoin)
+    got = set()
+    for cand, _, count, _ in listed_candidates(launch, int(P.shape[0]), 1 << 20):
+        got.update(map(tuple, cand[:count].get().tolist()))
+
+    qa, qb = (side.tc[0].view(cp.int8 if fmt == "int8" else cp.float16).get().astype(np.float64)
+              for side in (join.A, join.B))
+    X, Y = (t.get() for t in join.thresholds)
+    assert max(np.abs(t[np.isfinite(t)]).max() for t in (X[:join.A.n], Y[:join.B.n])) < 2 ** 28
+    want = set()
+    for p, q in zip(P.get().tolist(), Q.get().tolist()):
+        ra, rb = slice(p * 128, p * 128 + 128), slice(q * 128, q * 128 + 128)
+        keep = _kept_by_the_rule(fmt, qa[ra] @ qb[rb].T, X[ra], Y[rb])
+        if join.selfjoin and p == q:
+            keep &= np.triu(np.ones((128, 128), bool), 1)  # the diagonal tile's pairs once, none with itself
+        r, c = np.nonzero(keep)
+        want.update(zip((r + p * 128).tolist(), (c + q * 128).tolist()))
+    assert len(want) > 1000
+    assert got == want

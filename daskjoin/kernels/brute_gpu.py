@@ -153,6 +153,23 @@ def tc_kernel(function: str):
     return k
 
 
+def tc_filter_launch(fmt: str, a_rows, b_rows, P, Q, thresholds, selfjoin: bool):
+    """``launch(lo, hi, listed, room, cand, cand_pair)`` for :func:`listed_candidates`: the ``fmt`` tensor-core
+    filter (``brute_tc_i8`` / ``_f16``) over tile pairs ``(P[k], Q[k])``, ``lo <= k < hi``, of the quantised rows
+    ``a_rows`` and ``b_rows`` (``_tc_rows``: bytes and row pitch first).  ``thresholds``: the ``(X, Y)`` of
+    :func:`tc_quant.thresholds`, or a callable giving them at each launch (the kNN filter's tighten as it runs)."""
+    product = tc_kernel(f"brute_tc_{'i8' if fmt == 'int8' else 'f16'}")
+    xa, rowbytes = a_rows[:2]
+
+    def launch(lo, hi, listed, room, cand, cand_pair):
+        tx, ty = thresholds() if callable(thresholds) else thresholds
+        product((-(-(hi - lo) // TC_PAIRS_PER_BLOCK),), (BLOCK,), (
+            xa, b_rows[0], np.int32(rowbytes), P[lo:hi], Q[lo:hi], np.int64(hi - lo), tx, ty, np.int32(selfjoin),
+            np.int32(lo), listed, np.int64(room), cand, np.uint64(0) if cand_pair is None else cand_pair,
+        ), shared_mem=TC_SMEM_BYTES)
+    return launch
+
+
 def fp16_products_exact() -> bool:
     return _fp16_exact_on(cupy().cuda.runtime.getDevice())
 
@@ -421,20 +438,9 @@ class GpuBruteJoin:
         Candidates of a range are listed on the device (:func:`listed_candidates`) and decided by
         ``brute_tc_exact_*``, which appends accepted pairs as ``brute_filter`` does.
         """
-        xa, rowbytes = self.A.tc[:2]
-        xb = self.B.tc[0]
-        tx, ty = self.thresholds
         per_pair = pair_counts is not None
-        product = tc_kernel(f"brute_tc_{'i8' if self.filter == 'int8' else 'f16'}")
+        launch = tc_filter_launch(self.filter, self.A.tc, self.B.tc, P, Q, self.thresholds, self.selfjoin)
         decide = kernel("brute_tc.cu", f"brute_tc_exact_{'f32' if self.A.points.dtype == np.float32 else 'f64'}")
-
-        def launch(lo, hi, listed, room, cand, cand_pair):
-            product((-(-(hi - lo) // TC_PAIRS_PER_BLOCK),), (BLOCK,), (
-                xa, xb, np.int32(rowbytes), P[lo:hi], Q[lo:hi], np.int64(hi - lo), np.int64(self.A.n), np.int64(self.B.n),
-                tx, ty, np.int32(self.selfjoin), np.int32(lo), listed, np.int64(room), cand,
-                cand_pair if per_pair else np.uint64(0),
-            ), shared_mem=TC_SMEM_BYTES)
-
         for cand, cand_pair, count, self._candidates in listed_candidates(launch, int(P.shape[0]), self._candidates,
                                                                           per_pair):
             if count:

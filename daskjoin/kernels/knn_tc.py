@@ -35,8 +35,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import tc_quant
-from .brute_gpu import (BLOCK, TC_PAIRS_PER_BLOCK, TC_SMEM_BYTES, TC_TILE, _Side, _spread, _tc_rows,
-                        fp16_products_exact, listed_candidates, tc_kernel)
+from .brute_gpu import (BLOCK, TC_TILE, _Side, _spread, _tc_rows, fp16_products_exact, listed_candidates,
+                        tc_filter_launch)
 from .gpu_common import cupy, kernel
 
 #: ``filter="auto"``: the tensor cores from this many dimensions (None: never), the float32 GEMM below
@@ -159,17 +159,9 @@ class TcSearch:
         """Tile pairs (P[i], T[i]) through the filter (``reach()``: the queries' thresholds from their r_a at
         launch time), their candidates sorted by query and offered."""
         cp = cupy()
-        product = tc_kernel(f"brute_tc_{'i8' if self.fmt == 'int8' else 'f16'}")
         distances, offer = kernel("knn.cu", "knn_tc_distances"), kernel("knn.cu", "knn_tc_offer")
-        xa, rowbytes = Q.tc[:2]
+        launch = tc_filter_launch(self.fmt, Q.tc, self.X.tc, P, T, reach, False)
         m = Q.n
-
-        def launch(lo, hi, listed, room, cand, cand_pair):
-            product((-(-(hi - lo) // TC_PAIRS_PER_BLOCK),), (BLOCK,), (
-                xa, self.X.tc[0], np.int32(rowbytes), P[lo:hi], T[lo:hi], np.int64(hi - lo), np.int64(m),
-                np.int64(self.n), *reach(), np.int32(0), np.int32(lo), listed, np.int64(room), cand,
-                np.uint64(0)), shared_mem=TC_SMEM_BYTES)
-
         for cand, _, count, _ in listed_candidates(launch, int(P.shape[0]), 1 << 22):
             try:
                 if not count:

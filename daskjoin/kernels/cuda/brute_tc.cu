@@ -186,7 +186,6 @@ template <typename Acc>
 struct Filter {
     const i64* __restrict__ P;
     const i64* __restrict__ Q;
-    i64 n, m;
     const Acc* __restrict__ tx;
     const Acc* __restrict__ ty;
     int selfjoin, pair_base;
@@ -263,18 +262,18 @@ struct Filter {
 
 #define FILTER_ARGS(T)                                                                                      \
     const unsigned char* __restrict__ X, const unsigned char* __restrict__ Y, int rowbytes,                  \
-    const i64* __restrict__ P, const i64* __restrict__ Q, i64 npairs, i64 n, i64 m,                          \
+    const i64* __restrict__ P, const i64* __restrict__ Q, i64 npairs,                                        \
     const T* __restrict__ tx, const T* __restrict__ ty, int selfjoin, int pair_base,                         \
     unsigned long long* __restrict__ cand_counter, i64 capacity, int2* __restrict__ cand, int* __restrict__ cand_pair
 
 // Each block filters PAIRS_PER_BLOCK consecutive tile pairs of the list.
 template <typename Acc>
 __device__ __forceinline__ void filter_range(FILTER_ARGS(Acc)) {
-    Filter<Acc> visit{P, Q, n, m, tx, ty, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair};
+    Filter<Acc> visit{P, Q, tx, ty, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair};
     const i64 first = blockIdx.x * (i64)PAIRS_PER_BLOCK;
     tile_products<Acc>(X, Y, rowbytes, P, Q, first, min(first + (i64)PAIRS_PER_BLOCK, npairs), visit);
 }
-#define FILTER_PASS X, Y, rowbytes, P, Q, npairs, n, m, tx, ty, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair
+#define FILTER_PASS X, Y, rowbytes, P, Q, npairs, tx, ty, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair
 
 extern "C" __global__ void __launch_bounds__(THREADS, 2) brute_tc_i8(FILTER_ARGS(int)) { filter_range<int>(FILTER_PASS); }
 extern "C" __global__ void __launch_bounds__(THREADS, 2) brute_tc_f16(FILTER_ARGS(float)) { filter_range<float>(FILTER_PASS); }
