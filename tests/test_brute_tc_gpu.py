@@ -334,26 +334,35 @@ def test_column_extremes_match_numpy(shape, dtype):
 
 
 def _kept_by_the_rule(fmt, G, X, Y):
-    """The candidates the kernel must list for products G (exact, float64) and thresholds X (rows), Y (columns):
-    ``G - Y >= X`` exactly for int8 (int32 arithmetic), with ``G - Y`` rounded up to float32 for fp16."""
+    """The candidates the kernel must list for products G (exact integers, float64) and thresholds X (rows), Y
+    (columns): ``G - Y >= X`` in int32 for int8; for fp16 ``G - Y`` rounded up to float32, which reaches X exactly
+    when ``G - Y > x-`` (x- the float32 below X).  Evaluated in float64, and exactly (fractions) where float64 is too
+    close to the boundary to tell."""
+    from fractions import Fraction
+
     if fmt == "int8":
-        return tc_quant.candidates(G, X, Y)
-    diff = G - Y.astype(np.float64)[None, :]  # exact: products and finite thresholds below 2^28 (the caller checks)
-    up = diff.astype(np.float32)
-    up = np.where(up.astype(np.float64) < diff, np.nextafter(up, np.float32(np.inf)), up)
-    return up >= X.astype(np.float32)[:, None]
+        return tc_quant.candidates(G, X, Y)  # integers below 2^31: exact in float64
+    below = np.nextafter(X.astype(np.float32), np.float32(-np.inf)).astype(np.float64)
+    margin = G - Y.astype(np.float64)[None, :] - below[:, None]
+    keep = margin > 0
+    scale = np.abs(G) + np.abs(Y.astype(np.float64))[None, :] + np.abs(below)[:, None]
+    finite = np.isfinite(Y)[None, :] & (np.abs(below) < np.finfo(np.float32).max)[:, None]  # padding: exact as is
+    for r, c in zip(*np.nonzero(finite & (np.abs(margin) <= scale * 2.0 ** -40))):
+        keep[r, c] = Fraction(float(G[r, c])) - Fraction(float(Y[c])) > Fraction(float(below[r]))
+    return keep
 
 
 @pytest.mark.parametrize("fmt, d", [("int8", 100), ("int8", 300), ("fp16", 60), ("fp16", 128)])
 @pytest.mark.parametrize("mode", ["self", "cross"])
 def test_filter_kernel_lists_exactly_the_rules_candidates(fmt, d, mode):
     """The filter kernel's candidate list, pair for pair, against the separable rule evaluated in numpy from the
-    exact products: over every kept tile pair of clustered rows (runs of pairs that share an A tile, runs that
-    break, the diagonal's half of a self-join, partial last tiles), with rows of one 128-byte chunk (int8 at
-    100-d: the A tile staged once a run) and of several (int8 at 300-d, fp16)."""
+    exact products: over every kept tile pair of clustered rows (runs of pairs that share an A tile, of one pair and
+    of several, more runs in a block than the kernel has A slots, the diagonal's half of a self-join, partial last
+    tiles), with rows of one 128-byte chunk (int8 at 100-d, fp16 at 60-d: the A tile staged once a run) and of
+    several (int8 at 300-d, fp16 at 128-d)."""
     import cupy as cp
 
-    from daskjoin.kernels.brute_gpu import GpuBruteJoin, listed_candidates, tc_filter_launch
+    from daskjoin.kernels.brute_gpu import TC_PAIRS_PER_BLOCK, GpuBruteJoin, listed_candidates, tc_filter_launch
 
     rng = np.random.default_rng(d)
     centres = rng.random((12, d)) * 4
@@ -363,16 +372,24 @@ def test_filter_kernel_lists_exactly_the_rules_candidates(fmt, d, mode):
     join = GpuBruteJoin(a, b, eps, filter=fmt)
     assert join.filter == fmt
     P, Q = join.pairs_p, join.pairs_q
-    assert 1 < int(P.shape[0]) < join.A.ntiles * join.B.ntiles  # some tile pairs kept, not all
+    p_list = P.get()
+    every = join.A.ntiles * (join.A.ntiles + 1) // 2 if join.selfjoin else join.A.ntiles * join.B.ntiles
+    assert 1 < len(p_list) < every  # some tile pairs kept, not all
+    starts = np.flatnonzero(np.r_[True, p_list[1:] != p_list[:-1]])  # where runs of one tile of P begin
+    lengths = np.diff(np.r_[starts, len(p_list)])
+    assert lengths.max() > 1 and (lengths.min() == 1 or not join.selfjoin)  # the last tile alone, self-joined
+    block_runs = [len(set(p_list[k:k + TC_PAIRS_PER_BLOCK].tolist())) for k in range(0, len(p_list), TC_PAIRS_PER_BLOCK)]
+    assert max(block_runs) > 3  # the kernel's 3 A slots go round within a block
     launch = tc_filter_launch(fmt, join.A.tc, join.B.tc, P, Q, join.thresholds, join.selfjoin)
-    got = set()
+    got, listed = set(), 0
     for cand, _, count, _ in listed_candidates(launch, int(P.shape[0]), 1 << 20):
         got.update(map(tuple, cand[:count].get().tolist()))
+        listed += count
+    assert listed == len(got)  # no candidate listed twice
 
     qa, qb = (side.tc[0].view(cp.int8 if fmt == "int8" else cp.float16).get().astype(np.float64)
               for side in (join.A, join.B))
     X, Y = (t.get() for t in join.thresholds)
-    assert max(np.abs(t[np.isfinite(t)]).max() for t in (X[:join.A.n], Y[:join.B.n])) < 2 ** 28
     want = set()
     for p, q in zip(P.get().tolist(), Q.get().tolist()):
         ra, rb = slice(p * 128, p * 128 + 128), slice(q * 128, q * 128 + 128)

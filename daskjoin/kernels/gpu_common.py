@@ -266,7 +266,10 @@ def cupy_pool_cached() -> int:
     CuPy allocates through it: not free to cudaMemGetInfo, yet free to this task's buffers (the pool gives its
     cached blocks back and retries when a new block does not fit).  Without it a second join in one process
     saw the first one's freed buffers as taken: every pair of 1M x 128 exponential data (865M pairs) went to the
-    host unsorted in row groups, 3.4 s where a first join held and sorted them on the device in 2.5 s (H200)."""
+    host unsorted in row groups, 3.4 s where a first join held and sorted them on the device in 2.5 s (H200).
+    Free parts of blocks that a live array split are counted too: they serve allocations that fit them, but CuPy
+    cannot give them back, so a buffer sized past what really fits runs out of memory and the task is retried
+    with half the memory (:mod:`.memory`), as with RMM's pool (:func:`rmm_pool_reserve`)."""
     cp = cupy()
     pool = cp.get_default_memory_pool()
     allocator = getattr(cp.cuda, "get_allocator", lambda: None)()

@@ -1,6 +1,7 @@
 // Brute-force ε-join on the tensor cores: integer tiles as the filter, float64 as the judge.
 //
-// Each block takes one pair of 128-row tiles (P[k], Q[k]) of rows quantised to small integers
+// Each block takes PAIRS_PER_BLOCK consecutive pairs of 128-row tiles (P[k], Q[k]), one after another, of rows
+// quantised to small integers
 // (kernels/tc_quant.py): int8 (mma m16n8k32, s32 accumulation) or integers |q| <= 2048 stored as
 // fp16 (mma m16n8k16, f32 accumulation, every partial sum an integer below 2^24).  Either way
 // the product G = q_a . q_b is exact, so |q_a - q_b|^2 = |q_a|^2 + |q_b|^2 - 2 G exactly, and a
