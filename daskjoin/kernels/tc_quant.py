@@ -68,8 +68,8 @@ FP16_TO_D = 260
 #: passes more candidates, each decided in float64 at 1.4e-12 (clustered) to 2.7e-12 (scattered) s a dimension
 #: (the same runs: 2.8e9 candidates in 0.49 s, 5.2e7 in 0.018 s).  Break-even: int8 passing 1.9e-3 to 3.6e-3 of
 #: all pairs beyond fp16; it is taken below 1.5e-3, where it wins whatever its candidates' spread: uniform 1M x 128
-#: 2.9e-5 (count 0.43 s against fp16's 0.78 s), embedding-like 10M x 128 5.8e-6.  Exponential 1M x 128, 3.3e-3,
-#: sits at break-even and keeps fp16 (count 1.11 s, int8's 1.05 s).
+#: 2.9e-5 (bench_highd.py: count 0.59 s against fp16's 0.85 s), embedding-like 10M x 128 5.8e-6 (2.83 against
+#: 4.00 s).  Exponential 1M x 128, 3.3e-3, sits at break-even and keeps fp16 (1.15 s, int8's 1.16 s).
 INT8_EXTRA_SHARE = 1.5e-3
 SAMPLE_FROM_PAIRS = 1 << 32
 #: rows of A and of B whose pairs the choice counts (a 1024 x 16384 float64 product: 128 MiB, milliseconds)
