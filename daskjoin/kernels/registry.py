@@ -167,12 +167,13 @@ def split_batch(batch, max_pairs: int):
 
 # ε-join: Driver(a, b_or_None, eps, **options)
 register("epsilon", "grid", "cpu", "daskjoin.kernels.grid:GridJoin")
-register("epsilon", "brute", "cpu", "daskjoin.kernels.brute:BruteJoin")
+register("epsilon", "brute", "cpu", "daskjoin.kernels.brute_gemm:GemmBruteJoin")
 register("epsilon", "grid", "gpu", "daskjoin.kernels.grid_gpu:GpuGridJoin")
 register("epsilon", "brute", "gpu", "daskjoin.kernels.brute_gpu:GpuBruteJoin")
 register("epsilon", "szl", "cpu", "daskjoin.kernels.szl:SzlJoin")
 register("epsilon", "szl", "gpu", "daskjoin.kernels.szl_gpu:GpuSzlJoin")
-# Böhm's non-indexed nested loop: on the CPU it is the tiled loop that ``brute`` runs there (one class, two names)
+# Böhm's non-indexed nested loop: on the CPU the tiled loop that ``brute`` runs below GEMM_FROM_D dimensions
+# (brute_gemm.GemmBruteJoin, filter="none")
 register("epsilon", "nlj", "cpu", "daskjoin.kernels.brute:BruteJoin")
 register("epsilon", "nlj", "gpu", "daskjoin.kernels.nlj_gpu:GpuNljJoin")
 register("epsilon", "directory", "cpu", "daskjoin.kernels.directory:DirectoryJoin")

@@ -1,0 +1,122 @@
+"""CPU ``brute`` in GEMM form (kernels/brute_gemm.py): the nested loop's arrays, byte for byte.
+
+The float32 products may only rule out pairs whose float64 decision is provably "no"; every other
+pair is decided by the nested loop's own test, row by row in the same column order.  So ``pairs()``
+and ``batches()`` must equal :class:`~daskjoin.kernels.brute.BruteJoin`'s exactly, on the
+adversarial cases (ties at eps, offsets, duplicates, n in {0, 1, 2}, d from 1 to 64), across tile
+edges, and on random data (hypothesis); and the filter must filter.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from daskjoin.kernels import brute_gemm, get_kernel
+from daskjoin.kernels.brute import BruteJoin
+from daskjoin.kernels.brute_gemm import GEMM_FROM_D, GemmBruteJoin
+
+from cases import CASES
+from oracle import assert_same_pairs, oracle_cross_pairs, oracle_self_pairs
+
+
+def assert_same_arrays(got, want):
+    for g, w in zip(got, want):
+        assert (g is None) == (w is None)
+        if g is not None:
+            assert g.dtype == w.dtype and np.array_equal(g, w), (g[:10], w[:10])
+
+
+def both(a, b, eps, **kwargs):
+    join = GemmBruteJoin(a, b, eps, filter="fp32", **kwargs)
+    return join, BruteJoin(a, b, eps)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("mode", ["self", "cross"])
+def test_the_nested_loops_arrays_on_every_case(case, mode):
+    b = None if mode == "self" else case.cross_b()
+    gemm, nested = both(case.a, b, case.eps)
+    got = gemm.pairs()
+    assert_same_arrays(got, nested.pairs())
+    want = oracle_self_pairs(case.a, case.eps) if b is None else oracle_cross_pairs(case.a, b, case.eps)
+    assert_same_pairs(got, want, a=case.a, b=case.a if b is None else b, eps=case.eps)
+    assert gemm.count() == len(want[0])
+
+
+@pytest.mark.parametrize("mode", ["self", "cross"])
+@pytest.mark.parametrize("max_pairs", [1, 7, 1000])
+def test_batches_across_tile_edges(mode, max_pairs, monkeypatch):
+    """Tiles of 64 x 96 rows over 700 x 500 rows (edges inside the diagonal, short last tiles), row ranges of
+    bounded batches cutting through tiles: the nested loop's batches."""
+    monkeypatch.setattr(brute_gemm, "A_TILE", 64)
+    monkeypatch.setattr(brute_gemm, "B_TILE", 96)
+    rng = np.random.default_rng(5)
+    centres = rng.random((8, 12))
+    a = centres[rng.integers(0, 8, 700)] + rng.normal(0, 0.03, (700, 12))
+    b = None if mode == "self" else centres[rng.integers(0, 8, 500)] + rng.normal(0, 0.03, (500, 12))
+    gemm, nested = both(a, b, 0.12)
+    got, want = list(gemm.batches(max_pairs)), list(nested.batches(max_pairs))
+    assert len(got) == len(want) > 3
+    for g, w in zip(got, want):
+        assert_same_arrays(g, w)
+    assert gemm.count() == nested.count()
+
+
+def test_the_products_rule_out_almost_every_pair():
+    """Clustered 32-d rows: the float64 test runs on a few percent of the pairs, not on all of them."""
+    rng = np.random.default_rng(1)
+    centres = rng.random((40, 32))
+    x = (centres[rng.integers(0, 40, 4000)] + rng.normal(0, 0.02, (4000, 32))).astype(np.float32)
+    gemm, nested = both(x, None, 0.15)
+    assert gemm.count() == nested.count() > 10_000
+    assert gemm.decided < 0.05 * 4000 * 3999 / 2
+    assert gemm.decided >= gemm.count()
+
+
+@given(n=st.integers(0, 60), m=st.integers(0, 60), d=st.integers(1, 40), seed=st.integers(0, 2 ** 32 - 1),
+       offset=st.sampled_from([0.0, 1e3, -1e6, 3e8]), scale=st.sampled_from([1e-3, 1.0, 1e4]),
+       f32=st.booleans(), selfjoin=st.booleans())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_random_rows_give_the_nested_loops_arrays(n, m, d, seed, offset, scale, f32, selfjoin):
+    """Rows on a coarse lattice (many exact ties and duplicates), offset and scaled; eps the distance of a
+    chosen pair, so some pairs sit exactly at eps."""
+    rng = np.random.default_rng(seed)
+    dtype = np.float32 if f32 else np.float64
+    a = (offset + scale * rng.integers(-3, 4, (n, d))).astype(dtype)
+    b = None if selfjoin else (offset + scale * rng.integers(-3, 4, (m, d))).astype(dtype)
+    other = a if b is None else b
+    if len(a) and len(other):
+        p, q = a[rng.integers(len(a))].astype(np.float64), other[rng.integers(len(other))].astype(np.float64)
+        eps = float(np.sqrt(((p - q) ** 2).sum())) or scale
+    else:
+        eps = scale
+    gemm, nested = both(a, b, eps)
+    assert_same_arrays(gemm.pairs(), nested.pairs())
+
+
+def test_where_the_products_do_not_apply():
+    rng = np.random.default_rng(2)
+    x = rng.random((300, 16))
+    assert GemmBruteJoin(x, None, 0.5).filter == "fp32"  # auto from GEMM_FROM_D dimensions
+    assert GemmBruteJoin(x[:, :GEMM_FROM_D - 1], None, 0.5).filter == "none"
+    assert GemmBruteJoin(x, None, 0.5, filter="none").filter == "none"
+    assert GemmBruteJoin(x[:0], None, 0.5, filter="fp32").filter == "none"  # nothing to screen
+    wide = x * 1e19  # shifted norms past MAX_NORM (squares near float32's limit): the nested loop decides
+    join = GemmBruteJoin(wide, None, 5e18, filter="fp32")
+    assert join.filter == "none"
+    assert_same_arrays(join.pairs(), BruteJoin(wide, None, 5e18).pairs())
+    far = x + 1e20  # far from the origin but not spread: the shift by the centre keeps the products
+    assert GemmBruteJoin(far, None, 1e5, filter="fp32").filter == "fp32"
+    with pytest.raises(ValueError, match="filter must be one of"):
+        GemmBruteJoin(x, None, 0.5, filter="int8")
+
+
+def test_the_registry_runs_it_for_brute_and_the_nested_loop_for_nlj():
+    rng = np.random.default_rng(3)
+    x = rng.random((500, 24))
+    brute, nlj = get_kernel("brute", "cpu"), get_kernel("nlj", "cpu")
+    assert type(brute.driver(x, None, 0.6)) is GemmBruteJoin and type(nlj.driver(x, None, 0.6)) is BruteJoin
+    assert_same_arrays(brute.self_join(x, 0.6), nlj.self_join(x, 0.6))
+    assert_same_arrays(get_kernel("brute", "cpu", filter="none").self_join(x, 0.6), nlj.self_join(x, 0.6))
