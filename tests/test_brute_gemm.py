@@ -73,6 +73,8 @@ def test_the_products_rule_out_almost_every_pair():
     assert gemm.count() == nested.count() > 10_000
     assert gemm.decided < 0.05 * 4000 * 3999 / 2
     assert gemm.decided >= gemm.count()
+    work = gemm.work()  # the work report: what each row decided, at least its pairs
+    assert work.sum() == gemm.decided and (work >= gemm.counts()).all()
 
 
 @given(n=st.integers(0, 60), m=st.integers(0, 60), d=st.integers(1, 40), seed=st.integers(0, 2 ** 32 - 1),

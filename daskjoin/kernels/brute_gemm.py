@@ -98,12 +98,19 @@ class GemmBruteJoin(BruteJoin):
         elif self.filter == "fp32":
             self.filter = "none"  # an empty side: nothing to screen
 
+    def work(self) -> np.ndarray:
+        """Pairs each query row decided in float64 (the work report): those the products did not rule out."""
+        if self.filter != "fp32":
+            return super().work()
+        self.counts()
+        return self._decided_rows
+
     def counts(self) -> np.ndarray:
         if self.filter != "fp32":
             return super().counts()
         if self._counts is None:
             counts = np.zeros(self.a.shape[0], np.int64)
-            self._sweep(0, self.a.shape[0], False, counts, counts, *pair_buffers(0))
+            self._decided_rows = self._sweep(0, self.a.shape[0], False, counts, counts, *pair_buffers(0))
             self._counts = counts
         return self._counts
 
@@ -117,8 +124,9 @@ class GemmBruteJoin(BruteJoin):
             self._sweep(row0, row1, True, base, base, oi, oj, od)
         return oi, oj, (od if with_distance else None)
 
-    def _sweep(self, row0: int, row1: int, fill: bool, counts, base, oi, oj, od) -> None:
-        """Rows [row0, row1) of A against B (later rows only, self-join), a product tile at a time."""
+    def _sweep(self, row0: int, row1: int, fill: bool, counts, base, oi, oj, od) -> np.ndarray:
+        """Rows [row0, row1) of A against B (later rows only, self-join), a product tile at a time; returns the
+        pairs each row of A decided in float64."""
         A, B, m = self.A, self.B, self.b.shape[0]
         decided = np.zeros(self.a.shape[0], np.int64)
         for r0 in range(row0, row1, A_TILE):
@@ -131,3 +139,4 @@ class GemmBruteJoin(BruteJoin):
                             self.c2, self.reach0, self.a, self.b, self.eps2, fill, counts, base, row0, oi, oj, od,
                             decided)
         self.decided = int(decided.sum())
+        return decided
