@@ -495,12 +495,10 @@ def test_choose_method():
     assert cost.choose_method("grid", 100) == ("grid", "requested")
     method, reason = cost.choose_method("auto", 2)
     assert method == "grid" and "d=2" in reason and "grid" in reason
-    assert cost.choose_method("auto", cost.CPU_DIRECTORY_FROM_D - 1)[0] == "grid"
-    method, reason = cost.choose_method("auto", cost.CPU_DIRECTORY_FROM_D)
-    assert method == "directory" and "CPU" in reason
-    assert cost.choose_method("auto", cost.CPU_BRUTE_FROM_D - 1)[0] == "directory"
+    assert cost.choose_method("auto", cost.CPU_BRUTE_FROM_D - 1)[0] == "grid"
     method, reason = cost.choose_method("auto", cost.CPU_BRUTE_FROM_D)
-    assert method == "brute" and f"d={cost.CPU_BRUTE_FROM_D}" in reason and "CPU" in reason
+    assert method == "brute" and f"d={cost.CPU_BRUTE_FROM_D}" in reason and "CPU" in reason and "BLAS" in reason
+    assert {cost.choose_method("auto", d)[0] for d in range(1, 200)} == {"grid", "brute"}  # the rest by name only
     assert cost.choose_method("auto", cost.GPU_BRUTE_FROM_D - 1, gpu=True)[0] == "grid"
     method, reason = cost.choose_method("auto", cost.GPU_BRUTE_FROM_D, gpu=True)
     assert method == "brute" and "GPU" in reason
@@ -618,7 +616,7 @@ def test_plan_explain_cross_and_auto(client, tmp_path):
     plan = dj.plan_join(pa, pb, eps=1.0, backend="cpu", client=client)
     text = plan.explain()
     assert "A×B join" in text and pa in text and pb in text and "(500 × 20)" in text and "(300 × 20)" in text
-    assert "method:        brute on cpu" in text and "d=20 >= 17" in text
+    assert "method:        brute on cpu" in text and f"d=20 >= {cost.CPU_BRUTE_FROM_D}" in text
     assert "fits one task" in text and "tasks:         1" in text
     assert not plan.selfjoin and plan.d == 20
 

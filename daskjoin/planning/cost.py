@@ -5,31 +5,25 @@ from __future__ import annotations
 #: GPU (H200, 200k points, ~16 neighbours): brute won from d=16 on uniform data (0.20 s vs 0.58 s),
 #: tied at 16 and won from 24 on clustered data; the grid won below 16 on both (up to 380x at d=2).
 GPU_BRUTE_FROM_D = 16
-#: CPU (2 cores, 20k points): the grid won up to d=8 by 7-30x; from d=12 the two were within noise
-#: of each other, the grid indexing at most 6 dimensions; brute is chosen above 16.
-CPU_BRUTE_FROM_D = 17
-#: CPU, all five methods (benchmarks/bench_methods.py, 2 cores, 50k points, ~32 neighbours; results
-#: methods-cpu-vm-2026-11-26.json): the directory won at 12-d uniform (12.3 s; szl 17.7, brute 22.4, grid 29.2)
-#: and 16-d exponential (16.0 s), and was within 1.12x of the winner at 16-d uniform (szl) and 12-d
-#: exponential (grid); the grid won at 8-d, brute (or szl, within 1.02x of it) from 24-d.
-CPU_DIRECTORY_FROM_D = 12
+#: CPU (2 cores, 50k points, ~32 neighbours; benchmarks/bench_methods.py, results
+#: methods-cpu-vm-2026-11-27-session23-gemm-brute.json): with brute's GEMM filter (kernels/brute_gemm.py) brute
+#: won every cell from 10-d (uniform 12-d 3.5 s against the directory's 10.1 and the grid's 24.3; 16-d 3.3 s
+#: against 17.4-28.1; exponential 12-d 3.1 against 7.3-8.6), the grid at 8-d (1.7 s against 3.1).  Brute's work
+#: grows as n^2 and the grid's more slowly, so the crossover rises with n: at 10-d brute led by 1.3-2.4x only,
+#: and auto takes brute from 12-d, where it led by 2.5-7x.  (The nested loop alone lost to the directory at
+#: 12-16 d: methods-cpu-vm-2026-11-26.json.)
+CPU_BRUTE_FROM_D = 12
 
 
 def choose_method(requested: str, d: int, *, gpu: bool = False) -> tuple[str, str]:
-    """``grid`` below the measured crossover dimensionality of the backend, ``brute`` from it; on the CPU the
-    ``directory`` between them."""
+    """``grid`` below the measured crossover dimensionality of the backend, ``brute`` from it."""
     if requested != "auto":
         return requested, "requested"
     limit, where = (GPU_BRUTE_FROM_D, "GPU") if gpu else (CPU_BRUTE_FROM_D, "CPU")
-    if not gpu and CPU_DIRECTORY_FROM_D <= d < limit:
-        return "directory", (f"{CPU_DIRECTORY_FROM_D} <= d={d} < {limit}: on the CPU Böhm's quantile directory wins "
-                             "between the grid and brute force (measured, benchmarks/bench_methods.py)")
     if d < limit:
-        first = CPU_DIRECTORY_FROM_D if not gpu else limit
-        return "grid", f"d={d} < {first}: on the {where} the ε-grid over non-empty cells wins below d={first} (measured crossover)"
-    return "brute", (
-        f"d={d} >= {limit}: on the {where} the tiled nested loop (box-pruned tiles) wins from d={limit} (measured crossover)"
-    )
+        return "grid", f"d={d} < {limit}: on the {where} the ε-grid over non-empty cells wins below d={limit} (measured crossover)"
+    how = "tiled nested loop (box-pruned tiles)" if gpu else "nested loop behind float32 BLAS products (a proven filter)"
+    return "brute", f"d={d} >= {limit}: on the {where} the {how} wins from d={limit} (measured crossover)"
 
 
 #: below these sizes a join stays in as few tasks as its budget allows, whatever the cluster: splitting it for
