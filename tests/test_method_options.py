@@ -59,6 +59,7 @@ def test_method_options_reach_the_cpu_driver(monkeypatch):
 def test_plan_memory_counts_the_szl_lists():
     assert plan.SZL_MAX_LISTS == szl.MAX_LISTS
     assert plan.row_bytes(3, 8, "szl") > plan.row_bytes(3, 8, "directory") > plan.row_bytes(3, 8, "grid")
+    assert plan.row_bytes(64, 8, "brute") == plan.row_bytes(64, 8, "grid") + 4 * 64 + 12  # the float32 copy
 
 
 def test_grid_pattern_reaches_the_cpu_driver_and_changes_only_the_work(monkeypatch):

@@ -57,13 +57,28 @@ class Shifted:
     float32 rows plus :data:`NORM_FLOOR`), ``fits`` (every norm below :data:`MAX_NORM`).
     """
 
-    def __init__(self, rows: np.ndarray, centre: np.ndarray, xp=np):
-        shifted = xp.asarray(rows, dtype=xp.float64) - xp.asarray(centre)
-        with np.errstate(over="ignore"):  # rows beyond float32's range: ``fits`` is False, nothing is filtered
-            self.x32 = xp.ascontiguousarray(shifted.astype(xp.float32))
-            self.n2 = (self.x32 * self.x32).sum(axis=1, dtype=xp.float32)
-        self.norm = xp.sqrt((self.x32.astype(xp.float64) ** 2).sum(axis=1)) + NORM_FLOOR
-        self.fits = bool(len(rows) == 0 or float(self.norm.max()) < MAX_NORM)
+    def __init__(self, rows: np.ndarray, centre: np.ndarray, xp=np, step: int = 1 << 16):
+        if xp is not np:  # on the device in one piece, as measured and tested there
+            shifted = xp.asarray(rows, dtype=xp.float64) - xp.asarray(centre)
+            with np.errstate(over="ignore"):
+                self.x32 = xp.ascontiguousarray(shifted.astype(xp.float32))
+                self.n2 = (self.x32 * self.x32).sum(axis=1, dtype=xp.float32)
+            self.norm = xp.sqrt((self.x32.astype(xp.float64) ** 2).sum(axis=1)) + NORM_FLOOR
+            self.fits = bool(len(rows) == 0 or float(self.norm.max()) < MAX_NORM)
+            return
+        n = len(rows)
+        centre = xp.asarray(centre, dtype=xp.float64)
+        self.x32 = xp.empty((n, rows.shape[1] if rows.ndim == 2 else 0), xp.float32)
+        self.n2 = xp.empty(n, xp.float32)
+        self.norm = xp.empty(n, xp.float64)
+        for r0 in range(0, n, step):  # ``step`` rows at a time: the float64 temporaries stay a block, not a side
+            r1 = min(n, r0 + step)
+            with np.errstate(over="ignore"):  # rows beyond float32's range: ``fits`` is False, nothing is filtered
+                x32 = (xp.asarray(rows[r0:r1], dtype=xp.float64) - centre).astype(xp.float32)
+                self.x32[r0:r1] = x32
+                self.n2[r0:r1] = (x32 * x32).sum(axis=1, dtype=xp.float32)
+            self.norm[r0:r1] = xp.sqrt((x32.astype(xp.float64) ** 2).sum(axis=1)) + NORM_FLOOR
+        self.fits = bool(n == 0 or float(self.norm.max()) < MAX_NORM)
 
 
 def box_centre(rows: np.ndarray, xp=np) -> np.ndarray:

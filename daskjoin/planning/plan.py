@@ -27,9 +27,11 @@ SZL_MAX_LISTS = 8
 
 def row_bytes(d: int, itemsize: int, method: str = "grid") -> int:
     """Bytes one input row costs a task: the rows read, the float64 sorted copy, ids and cell ids (and the
-    szl method's lists)."""
+    szl method's lists, the directory's ordered rows, brute's float32 copy and norms)."""
     base = d * (itemsize + 8) + 48
-    if method == "szl":
+    if method == "brute":  # the GEMM filter's shifted float32 rows and their norms (kernels/brute_gemm.py)
+        base += 4 * d + 12
+    elif method == "szl":
         base += SZL_MAX_LISTS * (41 + 8 * d)
     elif method == "directory":  # the rows and their bounds in directory order, rotated ones too with pca
         base += 24 * d + 24
