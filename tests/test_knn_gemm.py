@@ -192,3 +192,16 @@ def test_products_below_float32_range_against_the_oracle():
     got = dj.knn_join(a, b, k=5, method="brute", backend="cpu").compute()
     assert_matches(got, a, b, 5, "flush case")
     assert sorted(got["j"]) == [45, 46, 47, 48, 49]
+
+
+def test_shifted_rows_a_block_at_a_time_are_the_whole_computation():
+    """The host builds the float32 rows, squares and norms block by block (float64 temporaries of one block): the
+    same bits as in one piece, across block edges and for rows past float32's range."""
+    rng = np.random.default_rng(11)
+    x = rng.random((1001, 13)) * 1e3 - 3
+    x[500] = 1e39  # beyond float32: the block holding it does not fit, and neither does the whole
+    centre = box_centre(x[:400])
+    whole, blocks = Shifted(x, centre, step=1 << 30), Shifted(x, centre, step=64)
+    for name in ("x32", "n2", "norm"):
+        np.testing.assert_array_equal(getattr(whole, name), getattr(blocks, name))
+    assert not whole.fits and not blocks.fits and Shifted(x[:400], centre, step=7).fits
