@@ -202,6 +202,8 @@ def test_shifted_rows_a_block_at_a_time_are_the_whole_computation():
     x[500] = 1e39  # beyond float32: the block holding it does not fit, and neither does the whole
     centre = box_centre(x[:400])
     whole, blocks = Shifted(x, centre, step=1 << 30), Shifted(x, centre, step=64)
+    fortran = Shifted(np.asfortranarray(x), centre, step=64)  # column-major input: the same bits too
     for name in ("x32", "n2", "norm"):
         np.testing.assert_array_equal(getattr(whole, name), getattr(blocks, name))
+        np.testing.assert_array_equal(getattr(whole, name), getattr(fortran, name))
     assert not whole.fits and not blocks.fits and Shifted(x[:400], centre, step=7).fits

@@ -57,7 +57,7 @@ def _screen(g, r0, c0, selfjoin, an2, anorm, bn2, bmax, c1, c2, reach0, a, b, ep
                 continue
             decided[r] += 1
             d2 = within(a, r, b, c0 + k, eps2)
-            if d2 < 0.0:
+            if not d2 >= 0.0:  # as the nested loop keeps a pair: d2 >= 0 (NaN never passes either way)
                 continue
             if fill:
                 at = base[r - row0]

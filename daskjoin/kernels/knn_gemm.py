@@ -57,7 +57,7 @@ class Shifted:
     float32 rows plus :data:`NORM_FLOOR`), ``fits`` (every norm below :data:`MAX_NORM`).
     """
 
-    def __init__(self, rows: np.ndarray, centre: np.ndarray, xp=np, step: int = 1 << 16):
+    def __init__(self, rows: np.ndarray, centre: np.ndarray, xp=np, step: int = 1 << 12):
         if xp is not np:  # on the device in one piece, as measured and tested there
             shifted = xp.asarray(rows, dtype=xp.float64) - xp.asarray(centre)
             with np.errstate(over="ignore"):
@@ -74,7 +74,8 @@ class Shifted:
         for r0 in range(0, n, step):  # ``step`` rows at a time: the float64 temporaries stay a block, not a side
             r1 = min(n, r0 + step)
             with np.errstate(over="ignore"):  # rows beyond float32's range: ``fits`` is False, nothing is filtered
-                x32 = (xp.asarray(rows[r0:r1], dtype=xp.float64) - centre).astype(xp.float32)
+                # C order whatever the input's: row sums then add in the order the whole-array version did
+                x32 = (xp.ascontiguousarray(rows[r0:r1], dtype=xp.float64) - centre).astype(xp.float32)
                 self.x32[r0:r1] = x32
                 self.n2[r0:r1] = (x32 * x32).sum(axis=1, dtype=xp.float32)
             self.norm[r0:r1] = xp.sqrt((x32.astype(xp.float64) ** 2).sum(axis=1)) + NORM_FLOOR
