@@ -44,7 +44,10 @@ def profile_work(a, b=None, *, eps: float, method: str = "grid", backend: str = 
     fewer neighbours a point, about in proportion).  ``options`` go to the driver (as ``gpu_options``)."""
     a = _sample(np.asarray(a), rows)
     b = None if b is None else _sample(np.asarray(b), rows)
-    driver = get_kernel(method, backend, **options)._join(a, b, eps)
+    try:
+        driver = get_kernel(method, backend, **options)._join(a, b, eps)
+    except (TypeError, ValueError) as exc:  # an option the driver does not take, or a value it refuses
+        raise InputError(f"profile_work: {method} on {backend} with options {options}: {exc}") from None
     if not hasattr(driver, "work"):
         raise InputError(f"method {method!r} on {backend} has no work report; try backend='cpu'")
     work = np.asarray(driver.work(), np.int64)

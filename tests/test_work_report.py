@@ -77,3 +77,12 @@ def test_gpu_work_bounds_the_pairs(method):
     driver = get_kernel(method, "gpu")._join(x, None, 0.03)
     work = np.asarray(driver.work())
     assert work.shape == (len(x),) and work.sum() >= driver.count() > 0
+
+
+@pytest.mark.parametrize("options", [{"filter": "int8"}, {"no_such_option": 1}])
+def test_profile_refuses_options_the_driver_does_not_take(options):
+    """A GPU-only filter or an unknown option on the CPU driver: an InputError naming them, not a traceback."""
+    from daskjoin.validation import InputError
+
+    with pytest.raises(InputError, match="profile_work: brute on cpu"):
+        dj.profile_work(_points(300, d=16), eps=0.3, method="brute", **options)
