@@ -40,6 +40,8 @@ def main() -> int:
     p.add_argument("--kind", default="expo", help="synth kind (expo, embeddings, ...)")
     p.add_argument("--k", type=int, default=None, help="eps for about k neighbours a point (overrides --eps)")
     p.add_argument("--shares", type=int, default=4, help="also time one of this many query shares (0: no)")
+    p.add_argument("--mma", default="", help="comma-separated tensor-core forms (mma, wgmma): the filter kernel alone "
+                   "timed in each, the counts in the first (default: the device's own, brute_gpu.tc_mma)")
     args = p.parse_args()
 
     import cupy as cp
@@ -97,18 +99,26 @@ def main() -> int:
     tx, ty = tc_quant.thresholds(  # reach 0: (almost) nothing listed, the products and the test alone
         join.A.tc[2], tc_quant.row_reach(join.A.tc[3], 0.0, cp), join.A.tc[2], tc_quant.row_reach(join.A.tc[3], 0.0, cp),
         join.filter, join.A.ntiles * 128, join.A.ntiles * 128, cp)
-    launch = brute_gpu.tc_filter_launch(join.filter, join.A.tc, join.A.tc, join.pairs_p, join.pairs_q, (tx, ty), True)
-    listed = cp.zeros(1, cp.uint64)
-    cand = cp.empty((1 << 20, 2), cp.int32)
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    step = 1 << 22
-    for lo in range(0, npairs, step):
-        launch(lo, min(npairs, lo + step), listed, cand.shape[0], cand, None)
-    stop.record()
-    stop.synchronize()
-    kernel_s = cp.cuda.get_elapsed_time(start, stop) / 1e3
-    rows["filter kernel alone (events)"] = kernel_s
+    forms = [m for m in args.mma.split(",") if m] or [brute_gpu.tc_mma()]
+    macs = 2.0 * npairs * 128 * 128 * (rowbytes // (1 if join.filter == "int8" else 2))
+    tops = {}
+    for mma in forms:
+        launch = brute_gpu.tc_filter_launch(join.filter, join.A.tc, join.A.tc, join.pairs_p, join.pairs_q, (tx, ty), True,
+                                            mma)
+        listed = cp.zeros(1, cp.uint64)
+        cand = cp.empty((1 << 20, 2), cp.int32)
+        for _ in range(2):  # the first loads the kernel
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record()
+            step = 1 << 22
+            for lo in range(0, npairs, step):
+                launch(lo, min(npairs, lo + step), listed, cand.shape[0], cand, None)
+            stop.record()
+            stop.synchronize()
+        kernel_s = cp.cuda.get_elapsed_time(start, stop) / 1e3
+        rows[f"filter kernel alone, {mma} (events)"] = kernel_s
+        tops[mma] = macs / kernel_s / 1e12
+    brute_gpu.TC_MMA = forms[0]
     rows["count (driver, prepared join)"], count = timed(join.count)
     rows["count from numpy (new join)"], _ = timed(lambda: brute_gpu.GpuBruteJoin(x, None, args.eps, filter=args.filter).count())
     if args.shares > 1:
@@ -116,12 +126,12 @@ def main() -> int:
             lambda: brute_gpu.GpuBruteJoin(x, None, args.eps, filter=args.filter, share=(0, args.shares)))
         rows[f"  one of {args.shares} shares: count"], _ = timed(share.count)
         del share
-    macs = 2.0 * npairs * 128 * 128 * (rowbytes // (1 if join.filter == "int8" else 2))
     print(f"{args.n:,} x {args.d} {args.kind}, eps {args.eps}, filter {join.filter}: {count:,} pairs, {npairs:,} tile pairs "
           f"({join.kept_fraction:.4f} of all kept)")
     for k, v in rows.items():
         print(f"{k:48s} {v:8.3f} s")
-    print(f"filter kernel alone: {macs / kernel_s / 1e12:.0f} TOPS")
+    for mma, v in tops.items():
+        print(f"filter kernel alone, {mma}: {v:.0f} TOPS")
     return 0
 
 

@@ -19,8 +19,32 @@ pytestmark = [
 FILTERS = ["int8", "fp16"]
 
 
-def _products(fmt, qa, qb):
-    """The kernel's tile products of one pair of 128-row tiles of integer rows qa, qb (128 x d each)."""
+def _mmas():
+    """The tensor-core instruction forms this device runs: mma.sync everywhere, wgmma on Hopper."""
+    if not gpu_available():
+        return ["mma"]
+    import cupy as cp
+
+    from daskjoin.kernels.gpu_common import feature_arch
+
+    return ["mma", "wgmma"] if feature_arch(cp.cuda.runtime.getDevice()) else ["mma"]
+
+
+MMAS = _mmas()
+
+
+@pytest.fixture(params=MMAS)
+def mma(request, monkeypatch):
+    """Each form of the filter in turn, as the joins' default (``brute_gpu.TC_MMA``)."""
+    from daskjoin.kernels import brute_gpu
+
+    monkeypatch.setattr(brute_gpu, "TC_MMA", request.param)
+    return request.param
+
+
+def _products(fmt, qa, qb, mma):
+    """The kernel's tile products of one pair of 128-row tiles of integer rows qa, qb (128 x d each), formed
+    by the ``mma`` instructions."""
     import cupy as cp
 
     from daskjoin.kernels.brute_gpu import TC_SMEM_BYTES, tc_kernel
@@ -35,14 +59,14 @@ def _products(fmt, qa, qb):
         rows.append(r.view(cp.uint8))
     out = cp.zeros((1, 128, 128), cp.float64)
     zero = cp.zeros(1, cp.int64)
-    tc_kernel(f"tc_products_{'i8' if fmt == 'int8' else 'f16'}")(
+    tc_kernel(f"tc_products_{'i8' if fmt == 'int8' else 'f16'}", mma)(
         (1,), (256,), (rows[0], rows[1], np.int32(rows[0].shape[1]), zero, zero, out), shared_mem=TC_SMEM_BYTES)
     return out[0].get()
 
 
 @pytest.mark.parametrize("fmt", FILTERS)
 @pytest.mark.parametrize("d", [1, 16, 33, 128, 200, 384, 960])
-def test_tensor_core_products_are_exact(fmt, d):
+def test_tensor_core_products_are_exact(fmt, d, mma):
     """Every product the filter sees equals the integer dot product: large and small terms mixed,
     all at the grid's ends, alternating signs (what a truncating accumulator would get wrong)."""
     L = tc_quant.levels(fmt, d)
@@ -59,8 +83,8 @@ def test_tensor_core_products_are_exact(fmt, d):
     for qa in patterns:
         for qb in patterns:
             want = qa.astype(np.int64) @ qb.astype(np.int64).T
-            got = _products(fmt, qa, qb)
-            assert np.array_equal(got, want.astype(np.float64)), (fmt, d, np.argwhere(got != want)[:5])
+            got = _products(fmt, qa, qb, mma)
+            assert np.array_equal(got, want.astype(np.float64)), (fmt, d, mma, np.argwhere(got != want)[:5])
 
 
 def _b(case):
@@ -70,7 +94,7 @@ def _b(case):
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 @pytest.mark.parametrize("fmt", FILTERS)
 @pytest.mark.parametrize("mode", ["self", "cross"])
-def test_tensor_core_filter_matches_oracle(case, fmt, mode):
+def test_tensor_core_filter_matches_oracle(case, fmt, mode, mma):
     kernel = get_kernel("brute", "gpu", filter=fmt)
     if mode == "self":
         got = kernel.self_join(case.a, case.eps)
@@ -80,11 +104,11 @@ def test_tensor_core_filter_matches_oracle(case, fmt, mode):
         got = kernel.cross_join(case.a, _b(case), case.eps)
         expected = oracle_cross_pairs(case.a, _b(case), case.eps)
         assert kernel.cross_count(case.a, _b(case), case.eps) == len(expected[0])
-    assert_same_pairs(got, expected, context=f"brute/gpu filter={fmt} {case.name} {mode}")
+    assert_same_pairs(got, expected, context=f"brute/gpu filter={fmt} {mma} {case.name} {mode}")
 
 
 @pytest.mark.parametrize("d", [33, 128, 960])
-def test_every_filter_gives_the_same_arrays(d):
+def test_every_filter_gives_the_same_arrays(d, mma):
     """fp32, int8 and fp16 filters: the same pairs, distances and order, on embedding-like data with
     offsets, near duplicates and pairs at exactly eps."""
     rng = np.random.default_rng(d)
@@ -354,12 +378,13 @@ def _kept_by_the_rule(fmt, G, X, Y):
 
 @pytest.mark.parametrize("fmt, d", [("int8", 100), ("int8", 300), ("fp16", 60), ("fp16", 128)])
 @pytest.mark.parametrize("mode", ["self", "cross"])
-def test_filter_kernel_lists_exactly_the_rules_candidates(fmt, d, mode):
+@pytest.mark.parametrize("mma", MMAS)
+def test_filter_kernel_lists_exactly_the_rules_candidates(fmt, d, mode, mma):
     """The filter kernel's candidate list, pair for pair, against the separable rule evaluated in numpy from the
     exact products: over every kept tile pair of clustered rows (runs of pairs that share an A tile, of one pair and
     of several, more runs in a block than the kernel has A slots, the diagonal's half of a self-join, partial last
     tiles), with rows of one 128-byte chunk (int8 at 100-d, fp16 at 60-d: the A tile staged once a run) and of
-    several (int8 at 300-d, fp16 at 128-d)."""
+    several (int8 at 300-d, fp16 at 128-d), for each form of the kernel (mma.sync; wgmma on Hopper)."""
     import cupy as cp
 
     from daskjoin.kernels.brute_gpu import TC_PAIRS_PER_BLOCK, GpuBruteJoin, listed_candidates, tc_filter_launch
@@ -380,7 +405,7 @@ def test_filter_kernel_lists_exactly_the_rules_candidates(fmt, d, mode):
     assert lengths.max() > 1 and (lengths.min() == 1 or not join.selfjoin)  # the last tile alone, self-joined
     block_runs = [len(set(p_list[k:k + TC_PAIRS_PER_BLOCK].tolist())) for k in range(0, len(p_list), TC_PAIRS_PER_BLOCK)]
     assert max(block_runs) > 3  # the kernel's 3 A slots go round within a block
-    launch = tc_filter_launch(fmt, join.A.tc, join.B.tc, P, Q, join.thresholds, join.selfjoin)
+    launch = tc_filter_launch(fmt, join.A.tc, join.B.tc, P, Q, join.thresholds, join.selfjoin, mma)
     got, listed = set(), 0
     for cand, _, count, _ in listed_candidates(launch, int(P.shape[0]), 1 << 20):
         got.update(map(tuple, cand[:count].get().tolist()))

@@ -28,10 +28,15 @@ STACK_ALLOWED = {
 }
 
 
-@pytest.mark.parametrize("source", SOURCES)
-def test_compiles_without_spills(source, tmp_path):
+#: every source for sm_90, and those with code for an architecture-specific target (wgmma) for sm_90a too
+TARGETS = [(s, "sm_90") for s in SOURCES] + [
+    (s, "sm_90a") for s in SOURCES if "__CUDA_ARCH_FEAT_SM90_ALL" in open(os.path.join(CUDA_DIR, s)).read()]
+
+
+@pytest.mark.parametrize("source, arch", TARGETS)
+def test_compiles_without_spills(source, arch, tmp_path):
     proc = subprocess.run(
-        ["nvcc", "-std=c++17", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"),
+        ["nvcc", "-std=c++17", f"-arch={arch}", "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"),
          os.path.join(CUDA_DIR, source)],
         capture_output=True, text=True, timeout=300,
     )

@@ -33,7 +33,8 @@ import numpy as np
 
 from . import tc_quant
 from .exact import NORM_FLOOR, eps_squared, error_constants
-from .gpu_common import cupy, device_budget_bytes, kernel, sort_room, sorted_on_device, sorted_to_host, to_host
+from .gpu_common import (cupy, device_budget_bytes, feature_arch, kernel, sort_room, sorted_on_device, sorted_to_host,
+                         to_host)
 from .grid_gpu import device_bounds, on_device, to_device64
 from .pivot_chain import greedy_chain
 from .registry import bounded_ranges, split_batch, transfer_pairs
@@ -110,11 +111,11 @@ class _Side:
 
 
 @functools.lru_cache(maxsize=None)
-def _fp16_exact_on(device: int) -> bool:
+def _fp16_exact_on(device: int, mma: str) -> bool:
     """Whether this device's fp16 ``mma`` gives exact integer products on the fp16 grid (checked once per
     device against int64: the grid's ends, alternating signs, large terms beside +-1, at the largest
-    level count, at 128-d and at 2048-d).  The fp16 filter's proof assumes a 24-bit fp32 accumulator; int8 needs
-    no such assumption."""
+    level count, at 128-d and at 2048-d), with the instructions ``mma`` the filter uses.  The fp16 filter's proof
+    assumes a 24-bit fp32 accumulator; int8 needs no such assumption."""
     cp = cupy()
     rng = np.random.default_rng(0)
     ok = True
@@ -131,8 +132,8 @@ def _fp16_exact_on(device: int) -> bool:
             rows.append(cp.asarray(host).view(cp.uint8))
         out = cp.zeros((1, 128, 128), cp.float64)
         zero = cp.zeros(1, cp.int64)
-        tc_kernel("tc_products_f16")((1,), (BLOCK,), (rows[0], rows[1], np.int32(rows[0].shape[1]), zero, zero, out),
-                                     shared_mem=TC_SMEM_BYTES)
+        tc_kernel("tc_products_f16", mma)((1,), (BLOCK,), (rows[0], rows[1], np.int32(rows[0].shape[1]), zero, zero,
+                                                          out), shared_mem=TC_SMEM_BYTES)
         ok &= bool(np.array_equal(out[0].get(), (q.astype(np.int64) @ r.astype(np.int64).T).astype(np.float64)))
     return ok
 
@@ -144,21 +145,42 @@ TC_SMEM_BYTES = 3 * 2 * 128 * 144
 TC_PAIRS_PER_BLOCK = 16
 
 
-def tc_kernel(function: str):
-    """A kernel of cuda/brute_tc.cu, allowed the ``TC_SMEM_BYTES`` of dynamic shared memory it is launched with
+#: the tensor-core instructions of the filter: ``wgmma`` (Hopper's warpgroup products straight from shared
+#: memory, sm_90a) where the device has them, else ``mma`` (mma.sync, any GPU from sm_80).  ``TC_MMA``, when
+#: set, overrides the choice (for A/B benchmarks; the tests name each where they run it).
+TC_MMAS = ("mma", "wgmma")
+TC_MMA: str | None = None
+
+
+def tc_mma() -> str:
+    """The tensor-core instructions the filter uses on the current device (see ``TC_MMAS``)."""
+    if TC_MMA is not None:
+        return TC_MMA
+    return "wgmma" if feature_arch(cupy().cuda.runtime.getDevice()) == "sm_90a" else "mma"
+
+
+def tc_kernel(function: str, mma: str | None = None):
+    """A kernel of cuda/brute_tc.cu (``brute_tc_i8``, ``tc_products_f16``, ...) in the ``mma`` instructions'
+    form (default :func:`tc_mma`), allowed the ``TC_SMEM_BYTES`` of dynamic shared memory it is launched with
     (past the 48 KiB a kernel gets without asking)."""
-    k = kernel("brute_tc.cu", function)
+    mma = mma or tc_mma()
+    if mma not in TC_MMAS:
+        raise ValueError(f"mma must be one of {TC_MMAS}, got {mma!r}")
+    if mma == "wgmma":
+        function = function.replace("brute_tc_", "brute_tc_wg_").replace("tc_products_", "tc_products_wg_")
+    k = kernel("brute_tc.cu", function, specific=True)
     if k.max_dynamic_shared_size_bytes < TC_SMEM_BYTES:
         k.max_dynamic_shared_size_bytes = TC_SMEM_BYTES
     return k
 
 
-def tc_filter_launch(fmt: str, a_rows, b_rows, P, Q, thresholds, selfjoin: bool):
+def tc_filter_launch(fmt: str, a_rows, b_rows, P, Q, thresholds, selfjoin: bool, mma: str | None = None):
     """``launch(lo, hi, listed, room, cand, cand_pair)`` for :func:`listed_candidates`: the ``fmt`` tensor-core
-    filter (``brute_tc_i8`` / ``_f16``) over tile pairs ``(P[k], Q[k])``, ``lo <= k < hi``, of the quantised rows
-    ``a_rows`` and ``b_rows`` (``_tc_rows``: bytes and row pitch first).  ``thresholds``: the ``(X, Y)`` of
-    :func:`tc_quant.thresholds`, or a callable giving them at each launch (the kNN filter's tighten as it runs)."""
-    product = tc_kernel(f"brute_tc_{'i8' if fmt == 'int8' else 'f16'}")
+    filter (``brute_tc_i8`` / ``_f16``, in the ``mma`` instructions' form) over tile pairs ``(P[k], Q[k])``,
+    ``lo <= k < hi``, of the quantised rows ``a_rows`` and ``b_rows`` (``_tc_rows``: bytes and row pitch first).
+    ``thresholds``: the ``(X, Y)`` of :func:`tc_quant.thresholds`, or a callable giving them at each launch (the
+    kNN filter's tighten as it runs)."""
+    product = tc_kernel(f"brute_tc_{'i8' if fmt == 'int8' else 'f16'}", mma)
     xa, rowbytes = a_rows[:2]
 
     def launch(lo, hi, listed, room, cand, cand_pair):
@@ -171,7 +193,7 @@ def tc_filter_launch(fmt: str, a_rows, b_rows, P, Q, thresholds, selfjoin: bool)
 
 
 def fp16_products_exact() -> bool:
-    return _fp16_exact_on(cupy().cuda.runtime.getDevice())
+    return _fp16_exact_on(cupy().cuda.runtime.getDevice(), tc_mma())
 
 
 def _tc_rows(side: _Side, centre, S: float, L: int, fmt: str, tile: int, step: int = 1 << 16):

@@ -60,15 +60,57 @@ def cuda_source(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _module(name: str, device: int):
+def _module(name: str, device: int, specific: bool = False):
     cp = cupy()
+    if specific and feature_arch(device):
+        return cp.RawModule(path=_specific_cubin(name, feature_arch(device)))
     return cp.RawModule(code=cuda_source(name), options=("-std=c++17",))
 
 
-def kernel(name: str, function: str):
-    """A compiled kernel from ``cuda/<name>`` (compiled once per process and device, by NVRTC)."""
+def kernel(name: str, function: str, specific: bool = False):
+    """A compiled kernel from ``cuda/<name>`` (compiled once per process and device, by NVRTC); with
+    ``specific``, compiled for the device's architecture-specific target where it has one (:func:`feature_arch`)."""
     cp = cupy()
-    return _module(name, cp.cuda.runtime.getDevice()).get_function(function)
+    return _module(name, cp.cuda.runtime.getDevice(), specific).get_function(function)
+
+
+@functools.lru_cache(maxsize=None)
+def feature_arch(device: int) -> str | None:
+    """``sm_90a`` on a device of compute capability 9.0 (Hopper: the target whose code may use ``wgmma``), else
+    None.  CuPy compiles for ``sm_90``, where those instructions do not exist."""
+    return "sm_90a" if cupy().cuda.Device(device).compute_capability == "90" else None
+
+
+def _specific_cubin(name: str, arch: str) -> str:
+    """``cuda/<name>`` compiled by NVRTC for ``arch`` with the options CuPy gives a ``RawModule`` (so float
+    arithmetic is the same: ``-ftz=true``), cached on disk beside CuPy's kernels under a key of the source,
+    options and NVRTC version (written to a temporary name and renamed: a cache, like CuPy's, not an output)."""
+    import hashlib
+
+    from cupy.cuda import nvrtc
+
+    source = cuda_source(name)
+    options = ("-std=c++17", "-ftz=true", f"-arch={arch}")
+    key = hashlib.sha256(repr((source, options, nvrtc.getVersion())).encode()).hexdigest()[:32]
+    folder = os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache")
+    path = os.path.join(folder, f"daskjoin-{name.replace('.', '-')}-{arch}-{key}.cubin")
+    if os.path.exists(path):
+        return path
+    prog = nvrtc.createProgram(source, name, (), ())
+    try:
+        try:
+            nvrtc.compileProgram(prog, options)
+        except nvrtc.NVRTCError as exc:
+            raise RuntimeError(f"NVRTC could not compile cuda/{name} for {arch}:\n{nvrtc.getProgramLog(prog)}") from exc
+        cubin = nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(cubin)
+    os.replace(tmp, path)
+    return path
 
 
 def output_args(offsets=None, out=(None, None, None)):

@@ -13,11 +13,16 @@
 // (exact.cuh), as in brute.cu; accepted pairs are appended through an atomic counter, the driver
 // sorts them.
 //
-// Layout: rows are `rowbytes` bytes (a multiple of 32, zero padded); 8 warps, each computing a
-// 32 x 64 block of the 128 x 128 tile from shared memory staged 128 bytes of every row at a
-// time, rows padded to 144 bytes so that the fragment loads hit 32 distinct banks.  The fp16 and
-// int8 instructions read the same bytes of A, B and write the same accumulator layout (PTX ISA,
-// "Matrix Fragments for mma.m16n8k16 / m16n8k32"), so one body serves both.
+// Rows are `rowbytes` bytes (a multiple of 32, zero padded), staged 128 bytes of every row at a time.
+// Two ways to form the 128 x 128 tile product share one pipeline and one filter (the `M` policy):
+// - MmaSync, any GPU from sm_80: 8 warps, each a 32 x 64 block by mma.sync from fragments that ldmatrix
+//   reads from shared memory, rows padded to 144 bytes so that the fragment loads hit 32 distinct banks.
+// - Wgmma, Hopper (sm_90a) only: 2 warpgroups, each a 64 x 128 block by wgmma.mma_async straight from
+//   shared memory (no fragment loads through registers: ldmatrix read each staged byte 2 to 8 times), rows
+//   of 128 bytes in the 128-byte swizzle that wgmma reads (16-byte vector v of row r at v ^ (r mod 8)).
+// The fp16 and int8 instructions read the same bytes of A, B and write the same accumulator layout
+// (PTX ISA, "Matrix Fragments for mma.m16n8k16 / m16n8k32" and the wgmma D fragments), so one body serves
+// both; each thread holds 64 products, R rows x C columns in m16n8 fragment order (acc_at).
 
 #include "exact.cuh"
 
@@ -30,17 +35,32 @@ typedef unsigned int u32;
 #define STAGE_BYTES (2 * TILE * LDS)
 #define NSTAGES 3
 // dynamic shared memory of a tile-product kernel (brute_gpu.TC_SMEM_BYTES mirrors it): 108 KiB, two blocks an SM
+// (Wgmma uses 97 KiB of it: 6 slots of 16 KiB, and 1 KiB to align them to the swizzle's 1,024-byte period)
 #define TC_SMEM (NSTAGES * STAGE_BYTES)
 // tile pairs per block of the filter (brute_gpu.TC_PAIRS_PER_BLOCK mirrors it)
 #define PAIRS_PER_BLOCK 16
 
-__device__ __forceinline__ void mma_tile(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]) {
+template <typename T> struct Two;
+template <> struct Two<int> { typedef int2 type; };
+template <> struct Two<float> { typedef float2 type; };
+
+// Where the product of (row r, column c) of a thread's R x C share sits in its 64 accumulators (m16n8
+// fragments): row r is tile row row0 + g + row_off(r), column c tile column col0 + 2 t + col_off(c), for
+// lane 4 g + t and the policy's row0, col0 of the thread's warp.
+template <typename M>
+__device__ __forceinline__ constexpr int acc_at(int r, int c) {
+    return (r >> 1) * 2 * M::C + (c >> 1) * 4 + 2 * (r & 1) + (c & 1);
+}
+__device__ __forceinline__ int row_off(int r) { return 16 * (r >> 1) + 8 * (r & 1); }
+__device__ __forceinline__ int col_off(int c) { return 8 * (c >> 1) + (c & 1); }
+
+__device__ __forceinline__ void mma_tile(float* c, const u32 (&a)[4], const u32 (&b)[2]) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-__device__ __forceinline__ void mma_tile(int (&c)[4], const u32 (&a)[4], const u32 (&b)[2]) {
+__device__ __forceinline__ void mma_tile(int* c, const u32 (&a)[4], const u32 (&b)[2]) {
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -54,55 +74,137 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], unsigned a) {  // a: a shared-memory address
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+struct MmaSync {
+    static constexpr int R = 4, C = 16, SLOT = TILE * LDS;
+    __device__ static int row0() { return ((threadIdx.x >> 5) >> 1) * 32; }
+    __device__ static int col0() { return ((threadIdx.x >> 5) & 1) * 64; }
+    __device__ static unsigned char* base(unsigned char* stages) { return stages; }
+    __device__ static int at(int r, int v) { return r * LDS + v * 16; }  // 16-byte vector v of row r
+    __device__ static void landed() {}
+
+    // acc += the products of one staged chunk of w bytes (A rows at sA, B rows at sB), zeroed first if
+    // `fresh`.  The fragments come by ldmatrix (four 8 x 16-byte matrices an instruction, 6 loads a 32-byte
+    // step where 32-bit loads took 24): read as b16 matrices they are the int8 m16n8k32 and fp16 m16n8k16
+    // fragments alike (lane 4g + t holds bytes 4t .. 4t + 3 of row g of each matrix), and the 144-byte row
+    // pitch puts the 8 rows of a matrix on 8 distinct groups of 4 banks.
+    template <typename Acc>
+    __device__ static void product(const unsigned char* sA, const unsigned char* sB, int w, bool fresh, Acc* acc) {
+        if (fresh) {
+#pragma unroll
+            for (int e = 0; e < 64; ++e) acc[e] = 0;
+        }
+        const int lane = threadIdx.x & 31;
+        // lane l addresses row l & 15 (A: matrices 0, 1 the rows 0-7, 8-15; 2, 3 the same 16 bytes on) and,
+        // for B, row 8 (l >> 4) + (l & 7) at byte 16 ((l >> 3) & 1)
+        // 32-bit shared-memory addresses: two registers fewer than generic pointers (the filter has none to spare)
+        const unsigned pa = (unsigned)__cvta_generic_to_shared(sA) + (row0() + (lane & 15)) * LDS + (lane >> 4) * 16;
+        const unsigned pb = (unsigned)__cvta_generic_to_shared(sB) + (col0() + ((lane >> 4) << 3) + (lane & 7)) * LDS
+                            + ((lane >> 3) & 1) * 16;
+        for (int kk = 0; kk < w; kk += 32) {
+            u32 a[2][4], b[4][4];  // b[p]: columns 16 p .. 16 p + 15 (fragments ni = 2 p, 2 p + 1)
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[mi], pa + mi * 16 * LDS + kk);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) ldmatrix_x4(b[q], pb + q * 16 * LDS + kk);
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < 8; ++ni) {
+                    const u32 bf[2] = {b[ni >> 1][(ni & 1) * 2], b[ni >> 1][(ni & 1) * 2 + 1]};
+                    mma_tile(acc + (mi * 8 + ni) * 4, a[mi], bf);
+                }
+        }
+    }
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WG_D8(k) D(d[k]), D(d[k + 1]), D(d[k + 2]), D(d[k + 3]), D(d[k + 4]), D(d[k + 5]), D(d[k + 6]), D(d[k + 7])
+#define WG_D64 WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24), WG_D8(32), WG_D8(40), WG_D8(48), WG_D8(56)
+#define WG_REGS                                                                                              \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+    "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "  \
+    "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+// d (+)= A B^T of 64 rows of A and 128 of B, 32 bytes of each (k32 int8, k16 fp16), both K-major in shared
+// memory behind descriptors; `add` 0 starts a fresh sum
+__device__ __forceinline__ void wgmma_tile(int* d, unsigned long long da, unsigned long long db, int add) {
+#define D(x) "+r"(x)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " WG_REGS ", %64, %65, p;\n}\n"
+                 : WG_D64 : "l"(da), "l"(db), "r"(add));
+#undef D
+}
+__device__ __forceinline__ void wgmma_tile(float* d, unsigned long long da, unsigned long long db, int add) {
+#define D(x) "+f"(x)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " WG_REGS ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : WG_D64 : "l"(da), "l"(db), "r"(add));
+#undef D
+}
+// the accumulators pinned around the asynchronous products: no read or write of them moves across
+__device__ __forceinline__ void wg_hold(int* d) {
+#define D(x) "+r"(x)
+    asm volatile("" : WG_D64 :: "memory");
+#undef D
+}
+__device__ __forceinline__ void wg_hold(float* d) {
+#define D(x) "+f"(x)
+    asm volatile("" : WG_D64 :: "memory");
+#undef D
+}
+
+// A shared-memory matrix descriptor: rows of 128 bytes in the 128-byte swizzle (mode 1, bits 62-63), 8-row
+// groups 1,024 bytes apart (stride offset, bits 32-45); the leading offset (bits 16-29) is not used by this
+// layout.  `addr` is a multiple of 1,024 plus the k-step's 32-byte offset within the row.
+__device__ __forceinline__ unsigned long long wg_desc(unsigned addr) {
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32)
+           | (1ull << 62);
+}
+
+struct Wgmma {
+    static constexpr int R = 2, C = 32, SLOT = TILE * 128;
+    __device__ static int row0() { const int w = threadIdx.x >> 5; return (w >> 2) * 64 + (w & 3) * 16; }
+    __device__ static int col0() { return 0; }
+    __device__ static unsigned char* base(unsigned char* stages) {  // the swizzle repeats every 1,024 bytes
+        const unsigned s = (unsigned)__cvta_generic_to_shared(stages);
+        return stages + (((s + 1023u) & ~1023u) - s);
+    }
+    __device__ static int at(int r, int v) { return r * 128 + ((v ^ (r & 7)) << 4); }
+    // cp.async writes through the generic proxy, wgmma reads through the async proxy: each thread's landed
+    // copies are made visible to the latter before the barrier that hands them to both warpgroups
+    __device__ static void landed() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+    template <typename Acc>
+    __device__ static void product(const unsigned char* sA, const unsigned char* sB, int w, bool fresh, Acc* acc) {
+        const unsigned a = (unsigned)__cvta_generic_to_shared(sA) + (threadIdx.x >> 7) * 64 * 128;
+        const unsigned b = (unsigned)__cvta_generic_to_shared(sB);
+        wg_hold(acc);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        for (int kk = 0; kk < w; kk += 32) wgmma_tile(acc, wg_desc(a + kk), wg_desc(b + kk), !(fresh && kk == 0));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        wg_hold(acc);
+    }
+};
+#endif
+
 // Bytes k0 .. k0 + KB of the 128 rows of one tile (src: its first row's byte k0) into the slot at s, by
 // asynchronous copies (no registers, all in flight at once); the caller commits the group.  Thread x copies
 // the 16-byte vectors x mod 8 of rows x / 8, x / 8 + 32, ...: no division, and a chunk shorter than KB
 // (vecs < 8) leaves the same threads idle throughout.
+template <typename M>
 __device__ __forceinline__ void stage_rows(unsigned char* s, const unsigned char* __restrict__ src, int rowbytes,
                                            int vecs) {
     const int c = threadIdx.x & 7;
     if (c >= vecs) return;
 #pragma unroll
     for (int r = threadIdx.x >> 3; r < TILE; r += THREADS / 8)
-        cp_async16(s + r * LDS + c * 16, src + r * (i64)rowbytes + c * 16);
-}
-
-__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], unsigned a) {  // a: a shared-memory address
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-
-// acc[mi][ni][e] += the products of one staged chunk of w bytes (A rows at sA, B rows at sB): row
-// wr + 16 mi + g + 8 (e >> 1), column wc + 8 ni + 2 t + (e & 1) of the tile product.  The fragments come
-// by ldmatrix (four 8 x 16-byte matrices an instruction, 6 loads a 32-byte step where 32-bit loads took
-// 24): read as b16 matrices they are the int8 m16n8k32 and fp16 m16n8k16 fragments alike (lane 4g + t
-// holds bytes 4t .. 4t + 3 of row g of each matrix), and the 144-byte row pitch puts the 8 rows of a
-// matrix on 8 distinct groups of 4 banks.
-template <typename Acc>
-__device__ __forceinline__ void chunk_product(const unsigned char* sA, const unsigned char* sB, int w,
-                                              Acc (&acc)[2][8][4]) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int wr = (warp >> 1) * 32, wc = (warp & 1) * 64;
-    // lane l addresses row l & 15 (A: matrices 0, 1 the rows 0-7, 8-15; 2, 3 the same 16 bytes on) and,
-    // for B, row 8 (l >> 4) + (l & 7) at byte 16 ((l >> 3) & 1)
-    // 32-bit shared-memory addresses: two registers fewer than generic pointers (the filter has none to spare)
-    const unsigned pa = (unsigned)__cvta_generic_to_shared(sA) + (wr + (lane & 15)) * LDS + (lane >> 4) * 16;
-    const unsigned pb = (unsigned)__cvta_generic_to_shared(sB) + (wc + ((lane >> 4) << 3) + (lane & 7)) * LDS
-                        + ((lane >> 3) & 1) * 16;
-    for (int kk = 0; kk < w; kk += 32) {
-        u32 a[2][4], b[4][4];  // b[p]: columns 16 p .. 16 p + 15 (fragments ni = 2 p, 2 p + 1)
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[mi], pa + mi * 16 * LDS + kk);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) ldmatrix_x4(b[q], pb + q * 16 * LDS + kk);
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-            for (int ni = 0; ni < 8; ++ni) {
-                const u32 bf[2] = {b[ni >> 1][(ni & 1) * 2], b[ni >> 1][(ni & 1) * 2 + 1]};
-                mma_tile(acc[mi][ni], a[mi], bf);
-            }
-    }
+        cp_async16(s + M::at(r, c), src + r * (i64)rowbytes + c * 16);
 }
 
 // The tile products of pairs first .. end - 1 of (P, Q), one after another, each handed to
@@ -114,17 +216,17 @@ __device__ __forceinline__ void chunk_product(const unsigned char* sA, const uns
 // on dense lists.  A slots go round by run, NSTAGES of them: the slot a new run takes last served the run
 // three before, whose items all finished before the __syncthreads that precedes the staging (the items
 // in use then, it and it + 1, belong to the two runs before the new one at the earliest).
-template <typename Acc, typename Visit>
+template <typename M, typename Acc, typename Visit>
 __device__ __forceinline__ void tile_products(const unsigned char* __restrict__ X, const unsigned char* __restrict__ Y,
                                               int rowbytes, const i64* __restrict__ P, const i64* __restrict__ Q,
                                               i64 first, i64 end, Visit& visit) {
     extern __shared__ __align__(16) unsigned char stages[];
-    unsigned char* const aslots = stages;                           // NSTAGES slots of TILE rows of A
-    unsigned char* const bslots = stages + NSTAGES * TILE * LDS;    // NSTAGES stages of TILE rows of B
+    unsigned char* const aslots = M::base(stages);             // NSTAGES slots of TILE rows of A
+    unsigned char* const bslots = aslots + NSTAGES * M::SLOT;  // NSTAGES stages of TILE rows of B
     const int nk = (rowbytes + KB - 1) / KB;
     const i64 items = (end - first) * nk;
     if (items <= 0) return;
-    Acc acc[2][8][4];
+    Acc acc[64];
     int run = -1;        // A runs staged so far, less one
     unsigned held = 0;   // 2 bits a stage: the A slot of the item staged there
     i64 last_tp = -1;
@@ -136,10 +238,10 @@ __device__ __forceinline__ void tile_products(const unsigned char* __restrict__ 
             const i64 tp = P[k];
             if (nk > 1 || tp != last_tp) {
                 run = run + 1 == NSTAGES ? 0 : run + 1;  // run counted modulo NSTAGES: the slot
-                stage_rows(aslots + run * TILE * LDS, X + tp * TILE * (i64)rowbytes + k0, rowbytes, vecs);
+                stage_rows<M>(aslots + run * M::SLOT, X + tp * TILE * (i64)rowbytes + k0, rowbytes, vecs);
                 last_tp = tp;
             }
-            stage_rows(bslots + st * TILE * LDS, Y + Q[k] * TILE * (i64)rowbytes + k0, rowbytes, vecs);
+            stage_rows<M>(bslots + st * M::SLOT, Y + Q[k] * TILE * (i64)rowbytes + k0, rowbytes, vecs);
             held = (held & ~(3u << (2 * st))) | ((unsigned)run << (2 * st));
         }
         cp_async_commit();  // an empty group past the end keeps the count that cp.async.wait_group waits on
@@ -148,20 +250,13 @@ __device__ __forceinline__ void tile_products(const unsigned char* __restrict__ 
     for (int s = 0; s < NSTAGES - 1; ++s) stage(s);
     for (i64 it = 0; it < items; ++it) {
         cp_async_wait<NSTAGES - 2>();
+        M::landed();
         __syncthreads();  // item it staged for every thread; every warp done with item it - 1's stage
         stage(it + NSTAGES - 1);
         const i64 k = first + it / nk;
         const int kc = (int)(it % nk), st = (int)(it % NSTAGES);
-        if (kc == 0) {
-#pragma unroll
-            for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-                for (int ni = 0; ni < 8; ++ni)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0;
-        }
-        chunk_product(aslots + ((held >> (2 * st)) & 3u) * TILE * LDS, bslots + st * TILE * LDS,
-                      min(KB, rowbytes - kc * KB), acc);
+        M::product(aslots + ((held >> (2 * st)) & 3u) * M::SLOT, bslots + st * M::SLOT, min(KB, rowbytes - kc * KB),
+                   kc == 0, acc);
         if (kc == nk - 1) visit(k, acc);
     }
     cp_async_wait<0>();
@@ -180,10 +275,12 @@ __device__ __forceinline__ float larger(float a, float b) { return fmaxf(a, b); 
 // product that passes the test above to a candidate list.  The test is one subtraction and one maximum a
 // product: each thread takes the largest G - Y_b of each of its rows against the row's X_a, and only a warp
 // with a candidate goes on to find which products passed (the bound behind the thresholds, and why a
-// separable test: tc_quant.py).  Candidates past `capacity` are counted, not written: the driver then reruns
-// the range with room for all.  The float64 decisions run in a second kernel (brute_tc_exact_*), at full
-// occupancy, where this one holds 64 accumulators per thread.
-template <typename Acc>
+// separable test: tc_quant.py).  The column thresholds are held through that test and read again, a
+// pair of adjacent columns at a time, to find the candidates (this order, row by row, then column pairs,
+// is the one that needs no spills).  Candidates past `capacity` are counted, not written: the driver then reruns the range with room for all.  The
+// float64 decisions run in a second kernel (brute_tc_exact_*), at full occupancy, where this one holds 64
+// accumulators per thread.
+template <typename M, typename Acc>
 struct Filter {
     const i64* __restrict__ P;
     const i64* __restrict__ Q;
@@ -195,43 +292,41 @@ struct Filter {
     int2* __restrict__ cand;
     int* __restrict__ cand_pair;
 
-    __device__ __forceinline__ void operator()(i64 pair, Acc (&acc)[2][8][4]) {
+    __device__ __forceinline__ void operator()(i64 pair, Acc* acc) {
+    typedef typename Two<Acc>::type Acc2;
     const i64 tp = P[pair], tq = Q[pair];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int wr = (warp >> 1) * 32, wc = (warp & 1) * 64;
-    Acc yb[16];
+    const int lane = threadIdx.x & 31;
+    const int r0 = M::row0() + (lane >> 2), c0 = M::col0() + 2 * (lane & 3);  // tile row, column of (0, 0)
+    const Acc* const xr = tx + tp * TILE + r0;  // row r's threshold at xr[row_off(r)]
+    const Acc* const yc = ty + tq * TILE + c0;  // column c's at yc[col_off(c)]
+    Acc yb[M::C];
 #pragma unroll
-    for (int c = 0; c < 16; ++c) {
-        const i64 b = tq * TILE + wc + (c >> 1) * 8 + 2 * t + (c & 1);
-        yb[c] = ty[b];
-    }
+    for (int c = 0; c < M::C; ++c) yb[c] = yc[col_off(c)];
     bool any = false;
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {  // r = 2 mi + h: row wr + 16 mi + g + 8 h
-        const int mi = r >> 1, h = r & 1;
-        const i64 a = tp * TILE + wr + mi * 16 + g + 8 * h;
-        Acc top = over(acc[mi][0][2 * h], yb[0]);
+    for (int r = 0; r < M::R; ++r) {
+        Acc top = over(acc[acc_at<M>(r, 0)], yb[0]);
 #pragma unroll
-        for (int c = 1; c < 16; ++c) top = larger(top, over(acc[mi][c >> 1][2 * h + (c & 1)], yb[c]));
-        any |= top >= tx[a];
+        for (int c = 1; c < M::C; ++c) top = larger(top, over(acc[acc_at<M>(r, c)], yb[c]));
+        any |= top >= xr[row_off(r)];
     }
     if (!__any_sync(0xffffffffu, any)) return;
     const bool diagonal = selfjoin && tp == tq;
-    unsigned long long keep = 0ULL;  // a bit per candidate of this thread's 64 products
-    // X and Y read again (held through the test above, they spilled registers): 36 loads where a row-by-row
-    // loop made 68 (all 20 at once spill again); the block's other warps wait for this one at the next barrier
+    unsigned long long keep = 0ULL;  // bit r C + c: product (r, c) is a candidate
+    Acc x[M::R];
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-        const int rl = wr + mi * 16 + g;
-        const Acc x0 = tx[tp * TILE + rl], x1 = tx[tp * TILE + rl + 8];
+    for (int r = 0; r < M::R; ++r) x[r] = xr[row_off(r)];
 #pragma unroll
-        for (int c = 0; c < 16; ++c) {
-            const int cl = wc + (c >> 1) * 8 + 2 * t + (c & 1);
-            const Acc y = ty[tq * TILE + cl];
-            if (over(acc[mi][c >> 1][c & 1], y) >= x0 && !(diagonal && cl <= rl))
-                keep |= 1ULL << (2 * mi * 16 + c);
-            if (over(acc[mi][c >> 1][2 + (c & 1)], y) >= x1 && !(diagonal && cl <= rl + 8))
-                keep |= 1ULL << ((2 * mi + 1) * 16 + c);
+    for (int p = 0; p < M::C / 2; ++p) {
+        const Acc2 y = *reinterpret_cast<const Acc2*>(yc + 8 * p);
+        const int cl = c0 + 8 * p;
+#pragma unroll
+        for (int r = 0; r < M::R; ++r) {
+            const int rl = r0 + row_off(r);
+            if (over(acc[acc_at<M>(r, 2 * p)], y.x) >= x[r] && !(diagonal && cl <= rl))
+                keep |= 1ULL << (r * M::C + 2 * p);
+            if (over(acc[acc_at<M>(r, 2 * p + 1)], y.y) >= x[r] && !(diagonal && cl + 1 <= rl))
+                keep |= 1ULL << (r * M::C + 2 * p + 1);
         }
     }
     // one atomicAdd per warp for the warp's candidates, each lane writing its own after the lanes before it
@@ -251,9 +346,8 @@ struct Filter {
         const int bit = __ffsll((long long)keep) - 1;
         keep &= keep - 1;
         if ((i64)base < capacity) {
-            const int r = bit >> 4, c = bit & 15;
-            cand[base] = make_int2((int)(tp * TILE + wr + (r >> 1) * 16 + g + 8 * (r & 1)),
-                                   (int)(tq * TILE + wc + (c >> 1) * 8 + 2 * t + (c & 1)));
+            const int r = bit / M::C, c = bit % M::C;
+            cand[base] = make_int2((int)(tp * TILE + r0 + row_off(r)), (int)(tq * TILE + c0 + col_off(c)));
             if (cand_pair) cand_pair[base] = pair_base + (int)pair;
         }
         ++base;
@@ -268,16 +362,28 @@ struct Filter {
     unsigned long long* __restrict__ cand_counter, i64 capacity, int2* __restrict__ cand, int* __restrict__ cand_pair
 
 // Each block filters PAIRS_PER_BLOCK consecutive tile pairs of the list.
-template <typename Acc>
+template <typename M, typename Acc>
 __device__ __forceinline__ void filter_range(FILTER_ARGS(Acc)) {
-    Filter<Acc> visit{P, Q, tx, ty, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair};
+    Filter<M, Acc> visit{P, Q, tx, ty, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair};
     const i64 first = blockIdx.x * (i64)PAIRS_PER_BLOCK;
-    tile_products<Acc>(X, Y, rowbytes, P, Q, first, min(first + (i64)PAIRS_PER_BLOCK, npairs), visit);
+    tile_products<M, Acc>(X, Y, rowbytes, P, Q, first, min(first + (i64)PAIRS_PER_BLOCK, npairs), visit);
 }
 #define FILTER_PASS X, Y, rowbytes, P, Q, npairs, tx, ty, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair
 
-extern "C" __global__ void __launch_bounds__(THREADS, 2) brute_tc_i8(FILTER_ARGS(int)) { filter_range<int>(FILTER_PASS); }
-extern "C" __global__ void __launch_bounds__(THREADS, 2) brute_tc_f16(FILTER_ARGS(float)) { filter_range<float>(FILTER_PASS); }
+extern "C" __global__ void __launch_bounds__(THREADS, 2) brute_tc_i8(FILTER_ARGS(int)) {
+    filter_range<MmaSync, int>(FILTER_PASS);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, 2) brute_tc_f16(FILTER_ARGS(float)) {
+    filter_range<MmaSync, float>(FILTER_PASS);
+}
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+extern "C" __global__ void __launch_bounds__(THREADS, 2) brute_tc_wg_i8(FILTER_ARGS(int)) {
+    filter_range<Wgmma, int>(FILTER_PASS);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, 2) brute_tc_wg_f16(FILTER_ARGS(float)) {
+    filter_range<Wgmma, float>(FILTER_PASS);
+}
+#endif
 
 // The float64 decision of candidates [0, count): accepted pairs appended as in brute.cu, in original ids.
 template <typename T>
@@ -318,32 +424,42 @@ extern "C" __global__ void brute_tc_exact_f32(DECIDE_ARGS(float)) { decide<float
 
 // The raw tile products of tile pairs (P[k], Q[k]) as float64, out[k][row][col]: lets the tests check
 // on the device that the products the filter sees are the exact integer products.
-template <typename Acc>
+template <typename M, typename Acc>
 struct ProductsOut {
     double* out;
-    __device__ __forceinline__ void operator()(i64 pair, Acc (&acc)[2][8][4]) {
-        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-        const int wr = (warp >> 1) * 32, wc = (warp & 1) * 64;
+    __device__ __forceinline__ void operator()(i64 pair, Acc* acc) {
+        const int lane = threadIdx.x & 31;
+        const int r0 = M::row0() + (lane >> 2), c0 = M::col0() + 2 * (lane & 3);
         double* o = out + pair * TILE * TILE;
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
+        for (int r = 0; r < M::R; ++r)
 #pragma unroll
-            for (int ni = 0; ni < 8; ++ni)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    o[(wr + mi * 16 + g + 8 * (e >> 1)) * TILE + wc + ni * 8 + 2 * t + (e & 1)] = (double)acc[mi][ni][e];
+            for (int c = 0; c < M::C; ++c)
+                o[(r0 + row_off(r)) * TILE + c0 + col_off(c)] = (double)acc[acc_at<M>(r, c)];
     }
 };
 
 // One block per tile pair here, through the same pipeline as the filter.
-template <typename Acc>
+template <typename M, typename Acc>
 __device__ __forceinline__ void products_out(const unsigned char* X, const unsigned char* Y, int rowbytes,
                                              const i64* P, const i64* Q, double* out) {
-    ProductsOut<Acc> visit{out};
-    tile_products<Acc>(X, Y, rowbytes, P, Q, (i64)blockIdx.x, (i64)blockIdx.x + 1, visit);
+    ProductsOut<M, Acc> visit{out};
+    tile_products<M, Acc>(X, Y, rowbytes, P, Q, (i64)blockIdx.x, (i64)blockIdx.x + 1, visit);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) tc_products_i8(const unsigned char* X, const unsigned char* Y,
-        int rowbytes, const i64* P, const i64* Q, double* out) { products_out<int>(X, Y, rowbytes, P, Q, out); }
-extern "C" __global__ void __launch_bounds__(THREADS) tc_products_f16(const unsigned char* X, const unsigned char* Y,
-        int rowbytes, const i64* P, const i64* Q, double* out) { products_out<float>(X, Y, rowbytes, P, Q, out); }
+#define PRODUCTS_ARGS const unsigned char* X, const unsigned char* Y, int rowbytes, const i64* P, const i64* Q, \
+    double* out
+extern "C" __global__ void __launch_bounds__(THREADS) tc_products_i8(PRODUCTS_ARGS) {
+    products_out<MmaSync, int>(X, Y, rowbytes, P, Q, out);
+}
+extern "C" __global__ void __launch_bounds__(THREADS) tc_products_f16(PRODUCTS_ARGS) {
+    products_out<MmaSync, float>(X, Y, rowbytes, P, Q, out);
+}
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+extern "C" __global__ void __launch_bounds__(THREADS) tc_products_wg_i8(PRODUCTS_ARGS) {
+    products_out<Wgmma, int>(X, Y, rowbytes, P, Q, out);
+}
+extern "C" __global__ void __launch_bounds__(THREADS) tc_products_wg_f16(PRODUCTS_ARGS) {
+    products_out<Wgmma, float>(X, Y, rowbytes, P, Q, out);
+}
+#endif
