@@ -45,6 +45,8 @@ def test_compiles_without_spills(source, arch, tmp_path):
     kernels = re.findall(r"Function properties for (\w+)\n\s+(\d+) bytes stack frame, (\d+) bytes spill stores, "
                          r"(\d+) bytes spill loads", report)
     assert kernels, report
+    # ptxas serialises a kernel's wgmma where it cannot prove the accumulators untouched while products run
+    assert "C7514" not in report, f"{source} ({arch}): wgmma serialised:\n{report}"
     for name, stack, spill_st, spill_ld in kernels:
         assert int(spill_st) == 0 and int(spill_ld) == 0, f"{name} spills registers:\n{report}"
         allowed = STACK_ALLOWED.get(name, 0)

@@ -311,8 +311,9 @@ def test_launch_constants_match_the_cuda_source():
     source = (Path(brute_gpu.__file__).parent / "cuda" / "brute_tc.cu").read_text()
     define = {k: v for k, v in re.findall(r"^#define (\w+) (.+)$", source, re.M)}
     value = {}
-    for name in ("TILE", "LDS", "STAGE_BYTES", "NSTAGES", "TC_SMEM", "PAIRS_PER_BLOCK", "THREADS"):
+    for name in ("TILE", "LDS", "STAGE_BYTES", "NSTAGES", "TC_SMEM", "WG_SMEM", "PAIRS_PER_BLOCK", "THREADS"):
         value[name] = eval(define[name], {}, dict(value))  # each refers only to those before it
     assert value["TC_SMEM"] == brute_gpu.TC_SMEM_BYTES
+    assert value["WG_SMEM"] == brute_gpu.TC_WG_SMEM_BYTES
     assert value["PAIRS_PER_BLOCK"] == brute_gpu.TC_PAIRS_PER_BLOCK
     assert value["THREADS"] == brute_gpu.BLOCK and value["TILE"] == 128  # tc_quant.auto_filter: tile 128

@@ -133,7 +133,7 @@ def _fp16_exact_on(device: int, mma: str) -> bool:
         out = cp.zeros((1, 128, 128), cp.float64)
         zero = cp.zeros(1, cp.int64)
         tc_kernel("tc_products_f16", mma)((1,), (BLOCK,), (rows[0], rows[1], np.int32(rows[0].shape[1]), zero, zero,
-                                                          out), shared_mem=TC_SMEM_BYTES)
+                                                          out), shared_mem=tc_smem_bytes(mma))
         ok &= bool(np.array_equal(out[0].get(), (q.astype(np.int64) @ r.astype(np.int64).T).astype(np.float64)))
     return ok
 
@@ -141,6 +141,9 @@ def _fp16_exact_on(device: int, mma: str) -> bool:
 #: dynamic shared memory of a tensor-core tile kernel: three stages of two 128-row tiles of 144-byte rows
 #: (cuda/brute_tc.cu: TC_SMEM = NSTAGES * 2 * TILE * LDS; a test ties them)
 TC_SMEM_BYTES = 3 * 2 * 128 * 144
+#: the same for the wgmma kernels: three A slots and three B stages of 128 rows of 128 bytes, 1 KiB for alignment
+#: (cuda/brute_tc.cu: WG_SMEM)
+TC_WG_SMEM_BYTES = 2 * 3 * 128 * 128 + 1024
 #: tile pairs filtered one after another by one block (cuda/brute_tc.cu: PAIRS_PER_BLOCK)
 TC_PAIRS_PER_BLOCK = 16
 
@@ -159,18 +162,23 @@ def tc_mma() -> str:
     return "wgmma" if feature_arch(cupy().cuda.runtime.getDevice()) == "sm_90a" else "mma"
 
 
+def tc_smem_bytes(mma: str | None = None) -> int:
+    """The dynamic shared memory a tile-product kernel in the ``mma`` form is launched with."""
+    return TC_WG_SMEM_BYTES if (mma or tc_mma()) == "wgmma" else TC_SMEM_BYTES
+
+
 def tc_kernel(function: str, mma: str | None = None):
     """A kernel of cuda/brute_tc.cu (``brute_tc_i8``, ``tc_products_f16``, ...) in the ``mma`` instructions'
-    form (default :func:`tc_mma`), allowed the ``TC_SMEM_BYTES`` of dynamic shared memory it is launched with
-    (past the 48 KiB a kernel gets without asking)."""
+    form (default :func:`tc_mma`), allowed the :func:`tc_smem_bytes` of dynamic shared memory it is launched
+    with (past the 48 KiB a kernel gets without asking)."""
     mma = mma or tc_mma()
     if mma not in TC_MMAS:
         raise ValueError(f"mma must be one of {TC_MMAS}, got {mma!r}")
     if mma == "wgmma":
         function = function.replace("brute_tc_", "brute_tc_wg_").replace("tc_products_", "tc_products_wg_")
     k = kernel("brute_tc.cu", function, specific=True)
-    if k.max_dynamic_shared_size_bytes < TC_SMEM_BYTES:
-        k.max_dynamic_shared_size_bytes = TC_SMEM_BYTES
+    if k.max_dynamic_shared_size_bytes < tc_smem_bytes(mma):
+        k.max_dynamic_shared_size_bytes = tc_smem_bytes(mma)
     return k
 
 
@@ -181,6 +189,7 @@ def tc_filter_launch(fmt: str, a_rows, b_rows, P, Q, thresholds, selfjoin: bool,
     ``thresholds``: the ``(X, Y)`` of :func:`tc_quant.thresholds`, or a callable giving them at each launch (the
     kNN filter's tighten as it runs)."""
     product = tc_kernel(f"brute_tc_{'i8' if fmt == 'int8' else 'f16'}", mma)
+    smem = tc_smem_bytes(mma)
     xa, rowbytes = a_rows[:2]
 
     def launch(lo, hi, listed, room, cand, cand_pair):
@@ -188,7 +197,7 @@ def tc_filter_launch(fmt: str, a_rows, b_rows, P, Q, thresholds, selfjoin: bool,
         product((-(-(hi - lo) // TC_PAIRS_PER_BLOCK),), (BLOCK,), (
             xa, b_rows[0], np.int32(rowbytes), P[lo:hi], Q[lo:hi], np.int64(hi - lo), tx, ty, np.int32(selfjoin),
             np.int32(lo), listed, np.int64(room), cand, np.uint64(0) if cand_pair is None else cand_pair,
-        ), shared_mem=TC_SMEM_BYTES)
+        ), shared_mem=smem)
     return launch
 
 

@@ -34,9 +34,12 @@ typedef unsigned int u32;
 #define LDS 144
 #define STAGE_BYTES (2 * TILE * LDS)
 #define NSTAGES 3
-// dynamic shared memory of a tile-product kernel (brute_gpu.TC_SMEM_BYTES mirrors it): 108 KiB, two blocks an SM
-// (Wgmma uses 97 KiB of it: 6 slots of 16 KiB, and 1 KiB to align them to the swizzle's 1,024-byte period)
+// dynamic shared memory of a mma.sync tile-product kernel (brute_gpu.TC_SMEM_BYTES mirrors it): 108 KiB, two
+// blocks an SM
 #define TC_SMEM (NSTAGES * STAGE_BYTES)
+// dynamic shared memory of the wgmma kernels (brute_gpu.TC_WG_SMEM_BYTES mirrors it): NSTAGES A slots and B stages
+// of 16 KiB, and 1 KiB to align them to the swizzle's 1,024-byte period; two blocks an SM
+#define WG_SMEM (2 * NSTAGES * TILE * 128 + 1024)
 // tile pairs per block of the filter (brute_gpu.TC_PAIRS_PER_BLOCK mirrors it)
 #define PAIRS_PER_BLOCK 16
 
@@ -73,6 +76,8 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
 __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], unsigned a) {  // a: a shared-memory address
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -179,15 +184,23 @@ struct Wgmma {
     // copies are made visible to the latter before the barrier that hands them to both warpgroups
     __device__ static void landed() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+    // acc (+)= the products of one staged chunk of w bytes (A rows at sA: this warpgroup's 64; B rows at sB),
+    // fresh if `fresh`.  Synchronous (the wgmma group awaited): two blocks an SM overlap one's products with
+    // the other's filter.  A pipelined form (the next pair's products issued into a second set of 64
+    // accumulators before this pair's filter, one block an SM) was measured slower: 375 TOPS against 519 on
+    // uniform 1M x 128 int8, H200 (session 24).
     template <typename Acc>
     __device__ static void product(const unsigned char* sA, const unsigned char* sB, int w, bool fresh, Acc* acc) {
         const unsigned a = (unsigned)__cvta_generic_to_shared(sA) + (threadIdx.x >> 7) * 64 * 128;
         const unsigned b = (unsigned)__cvta_generic_to_shared(sB);
-        wg_hold(acc);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-        for (int kk = 0; kk < w; kk += 32) wgmma_tile(acc, wg_desc(a + kk), wg_desc(b + kk), !(fresh && kk == 0));
+        // unrolled to KB with the width as a guard: a loop over a run-time count of steps makes ptxas serialise
+        // every wgmma of the kernel (C7514)
+#pragma unroll
+        for (int kk = 0; kk < KB; kk += 32)
+            if (kk < w) wgmma_tile(acc, wg_desc(a + kk), wg_desc(b + kk), !(fresh && kk == 0));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        wgmma_wait<0>();
         wg_hold(acc);
     }
 };
@@ -207,57 +220,79 @@ __device__ __forceinline__ void stage_rows(unsigned char* s, const unsigned char
         cp_async16(s + M::at(r, c), src + r * (i64)rowbytes + c * 16);
 }
 
-// The tile products of pairs first .. end - 1 of (P, Q), one after another, each handed to
-// visit(k, acc).  Items (a pair's chunk of KB bytes) are staged NSTAGES deep in dynamic shared memory
-// (TC_SMEM bytes): the copies of the next items are in flight while this item's products and the last
-// pair's visit run.  B rows go to the item's stage; A rows to an A slot of their own, loaded only where
-// the item's A chunk differs from the last item's: with whole rows in one chunk (nk == 1) a run of pairs
-// of one tile of P (the list is in row-major order) loads it once, which halves the bytes read from L2
-// on dense lists.  A slots go round by run, NSTAGES of them: the slot a new run takes last served the run
-// three before, whose items all finished before the __syncthreads that precedes the staging (the items
-// in use then, it and it + 1, belong to the two runs before the new one at the earliest).
-template <typename M, typename Acc, typename Visit>
-__device__ __forceinline__ void tile_products(const unsigned char* __restrict__ X, const unsigned char* __restrict__ Y,
-                                              int rowbytes, const i64* __restrict__ P, const i64* __restrict__ Q,
-                                              i64 first, i64 end, Visit& visit) {
-    extern __shared__ __align__(16) unsigned char stages[];
-    unsigned char* const aslots = M::base(stages);             // NSTAGES slots of TILE rows of A
-    unsigned char* const bslots = aslots + NSTAGES * M::SLOT;  // NSTAGES stages of TILE rows of B
-    const int nk = (rowbytes + KB - 1) / KB;
-    const i64 items = (end - first) * nk;
-    if (items <= 0) return;
-    Acc acc[64];
-    int run = -1;        // A runs staged so far, less one
-    unsigned held = 0;   // 2 bits a stage: the A slot of the item staged there
-    i64 last_tp = -1;
-    auto stage = [&](i64 item) {
+// The copies of items (a tile pair's chunk of KB bytes: item i is chunk i mod nk of pair first + i / nk) into
+// NSTAGES stages of shared memory: B rows to the item's stage (i mod NSTAGES); A rows to an A slot of their
+// own, loaded only where the item's A chunk differs from the last item's: with whole rows in one chunk
+// (nk == 1) a run of pairs of one tile of P (the list is in row-major order) loads it once, which halves the
+// bytes read from L2 on dense lists.  A slots go round by run, NSTAGES of them: the slot a new run takes last
+// served the run three before, whose items all finished before the __syncthreads that precedes the staging
+// (the items in use then, it and it + 1, belong to the two runs before the new one at the earliest).  Each
+// call commits one group of copies (an empty one past the end, which keeps the count that
+// cp.async.wait_group waits on).
+template <typename M>
+struct Stager {
+    unsigned char* aslots;
+    unsigned char* bslots;
+    const unsigned char* __restrict__ X;
+    const unsigned char* __restrict__ Y;
+    int rowbytes, nk;
+    const i64* __restrict__ P;
+    const i64* __restrict__ Q;
+    i64 first, items;
+    int run;        // A runs staged so far, less one, modulo NSTAGES: the slot of the last
+    unsigned held;  // 2 bits a stage: the A slot of the item staged there
+    i64 last_tp;
+
+    __device__ __forceinline__ Stager(unsigned char* base, const unsigned char* X_, const unsigned char* Y_,
+                                      int rowbytes_, const i64* P_, const i64* Q_, i64 first_, i64 end)
+        : aslots(base), bslots(base + NSTAGES * M::SLOT), X(X_), Y(Y_), rowbytes(rowbytes_),
+          nk((rowbytes_ + KB - 1) / KB), P(P_), Q(Q_), first(first_), items((end - first_) * nk), run(-1), held(0),
+          last_tp(-1) {}
+
+    __device__ __forceinline__ void operator()(i64 item) {
         const int st = (int)(item % NSTAGES);
         if (item < items) {
             const i64 k = first + item / nk;
             const int kc = (int)(item % nk), k0 = kc * KB, vecs = min(KB, rowbytes - k0) >> 4;
             const i64 tp = P[k];
             if (nk > 1 || tp != last_tp) {
-                run = run + 1 == NSTAGES ? 0 : run + 1;  // run counted modulo NSTAGES: the slot
+                run = run + 1 == NSTAGES ? 0 : run + 1;
                 stage_rows<M>(aslots + run * M::SLOT, X + tp * TILE * (i64)rowbytes + k0, rowbytes, vecs);
                 last_tp = tp;
             }
             stage_rows<M>(bslots + st * M::SLOT, Y + Q[k] * TILE * (i64)rowbytes + k0, rowbytes, vecs);
             held = (held & ~(3u << (2 * st))) | ((unsigned)run << (2 * st));
         }
-        cp_async_commit();  // an empty group past the end keeps the count that cp.async.wait_group waits on
-    };
+        cp_async_commit();
+    }
+    __device__ __forceinline__ const unsigned char* a(i64 item) const {
+        return aslots + ((held >> (2 * (int)(item % NSTAGES))) & 3u) * M::SLOT;
+    }
+    __device__ __forceinline__ const unsigned char* b(i64 item) const { return bslots + (item % NSTAGES) * M::SLOT; }
+    __device__ __forceinline__ int width(i64 item) const { return min(KB, rowbytes - (int)(item % nk) * KB); }
+};
+
+// The tile products of pairs first .. end - 1 of (P, Q), one after another, each handed to visit(k, acc):
+// items staged NSTAGES deep, so that the copies of the next two are in flight while this item's products and
+// the last pair's visit run.
+template <typename M, typename Acc, typename Visit>
+__device__ __forceinline__ void tile_products(const unsigned char* __restrict__ X, const unsigned char* __restrict__ Y,
+                                              int rowbytes, const i64* __restrict__ P, const i64* __restrict__ Q,
+                                              i64 first, i64 end, Visit& visit) {
+    extern __shared__ __align__(16) unsigned char stages[];
+    Stager<M> stage(M::base(stages), X, Y, rowbytes, P, Q, first, end);
+    if (stage.items <= 0) return;
+    Acc acc[64];
 #pragma unroll
     for (int s = 0; s < NSTAGES - 1; ++s) stage(s);
-    for (i64 it = 0; it < items; ++it) {
+    for (i64 it = 0; it < stage.items; ++it) {
         cp_async_wait<NSTAGES - 2>();
         M::landed();
         __syncthreads();  // item it staged for every thread; every warp done with item it - 1's stage
         stage(it + NSTAGES - 1);
-        const i64 k = first + it / nk;
-        const int kc = (int)(it % nk), st = (int)(it % NSTAGES);
-        M::product(aslots + ((held >> (2 * st)) & 3u) * M::SLOT, bslots + st * M::SLOT, min(KB, rowbytes - kc * KB),
-                   kc == 0, acc);
-        if (kc == nk - 1) visit(k, acc);
+        const int kc = (int)(it % stage.nk);
+        M::product(stage.a(it), stage.b(it), stage.width(it), kc == 0, acc);
+        if (kc == stage.nk - 1) visit(first + it / stage.nk, acc);
     }
     cp_async_wait<0>();
 }
