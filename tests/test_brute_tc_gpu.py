@@ -23,11 +23,9 @@ def _mmas():
     """The tensor-core instruction forms this device runs: mma.sync everywhere, wgmma on Hopper."""
     if not gpu_available():
         return ["mma"]
-    import cupy as cp
+    from daskjoin.kernels.brute_gpu import wgmma_available
 
-    from daskjoin.kernels.gpu_common import feature_arch
-
-    return ["mma", "wgmma"] if feature_arch(cp.cuda.runtime.getDevice()) else ["mma"]
+    return ["mma", "wgmma"] if wgmma_available() else ["mma"]
 
 
 MMAS = _mmas()

@@ -29,8 +29,12 @@ STACK_ALLOWED = {
 
 
 #: every source for sm_90, and those with code for an architecture-specific target (wgmma) for sm_90a too
-TARGETS = [(s, "sm_90") for s in SOURCES] + [
-    (s, "sm_90a") for s in SOURCES if "__CUDA_ARCH_FEAT_SM90_ALL" in open(os.path.join(CUDA_DIR, s)).read()]
+def _has_specific_code(source: str) -> bool:
+    with open(os.path.join(CUDA_DIR, source)) as f:
+        return "__CUDA_ARCH_FEAT_SM90_ALL" in f.read()
+
+
+TARGETS = [(s, "sm_90") for s in SOURCES] + [(s, "sm_90a") for s in SOURCES if _has_specific_code(s)]
 
 
 @pytest.mark.parametrize("source, arch", TARGETS)
@@ -46,7 +50,8 @@ def test_compiles_without_spills(source, arch, tmp_path):
                          r"(\d+) bytes spill loads", report)
     assert kernels, report
     # ptxas serialises a kernel's wgmma where it cannot prove the accumulators untouched while products run
-    assert "C7514" not in report, f"{source} ({arch}): wgmma serialised:\n{report}"
+    # (message C7514, "wgmma.mma_async instructions are serialized due to ...")
+    assert "instructions are serialized" not in report, f"{source} ({arch}): wgmma serialised:\n{report}"
     for name, stack, spill_st, spill_ld in kernels:
         assert int(spill_st) == 0 and int(spill_ld) == 0, f"{name} spills registers:\n{report}"
         allowed = STACK_ALLOWED.get(name, 0)

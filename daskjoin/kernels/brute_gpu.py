@@ -34,7 +34,7 @@ import numpy as np
 from . import tc_quant
 from .exact import NORM_FLOOR, eps_squared, error_constants
 from .gpu_common import (cupy, device_budget_bytes, feature_arch, kernel, sort_room, sorted_on_device, sorted_to_host,
-                         to_host)
+                         specific_ready, to_host)
 from .grid_gpu import device_bounds, on_device, to_device64
 from .pivot_chain import greedy_chain
 from .registry import bounded_ranges, split_batch, transfer_pairs
@@ -159,7 +159,16 @@ def tc_mma() -> str:
     """The tensor-core instructions the filter uses on the current device (see ``TC_MMAS``)."""
     if TC_MMA is not None:
         return TC_MMA
-    return "wgmma" if feature_arch(cupy().cuda.runtime.getDevice()) == "sm_90a" else "mma"
+    return "wgmma" if wgmma_available() else "mma"
+
+
+def wgmma_available() -> bool:
+    """Whether the filter's wgmma kernels exist here: a Hopper device (sm_90a) whose compile of them succeeded."""
+    return feature_arch(cupy().cuda.runtime.getDevice()) == "sm_90a" and specific_ready("brute_tc.cu")
+
+
+#: the kernels that have a wgmma form, and its name
+_WGMMA_NAMES = {f"{kind}_{fmt}": f"{kind}_wg_{fmt}" for kind in ("brute_tc", "tc_products") for fmt in ("i8", "f16")}
 
 
 def tc_smem_bytes(mma: str | None = None) -> int:
@@ -175,7 +184,12 @@ def tc_kernel(function: str, mma: str | None = None):
     if mma not in TC_MMAS:
         raise ValueError(f"mma must be one of {TC_MMAS}, got {mma!r}")
     if mma == "wgmma":
-        function = function.replace("brute_tc_", "brute_tc_wg_").replace("tc_products_", "tc_products_wg_")
+        if function not in _WGMMA_NAMES:
+            raise ValueError(f"{function} has no wgmma form")
+        if not wgmma_available():
+            raise ValueError("the wgmma form runs only on a Hopper GPU (compute capability 9.0) where NVRTC "
+                             "compiled it for sm_90a")
+        function = _WGMMA_NAMES[function]
     k = kernel("brute_tc.cu", function, specific=True)
     if k.max_dynamic_shared_size_bytes < tc_smem_bytes(mma):
         k.max_dynamic_shared_size_bytes = tc_smem_bytes(mma)
@@ -194,6 +208,8 @@ def tc_filter_launch(fmt: str, a_rows, b_rows, P, Q, thresholds, selfjoin: bool,
 
     def launch(lo, hi, listed, room, cand, cand_pair):
         tx, ty = thresholds() if callable(thresholds) else thresholds
+        # the kernel reads a thread's two adjacent column thresholds as one 8-byte load
+        assert ty.data.ptr % 8 == 0, "column thresholds must be 8-byte aligned"
         product((-(-(hi - lo) // TC_PAIRS_PER_BLOCK),), (BLOCK,), (
             xa, b_rows[0], np.int32(rowbytes), P[lo:hi], Q[lo:hi], np.int64(hi - lo), tx, ty, np.int32(selfjoin),
             np.int32(lo), listed, np.int64(room), cand, np.uint64(0) if cand_pair is None else cand_pair,
@@ -471,7 +487,8 @@ class GpuBruteJoin:
         """
         per_pair = pair_counts is not None
         launch = tc_filter_launch(self.filter, self.A.tc, self.B.tc, P, Q, self.thresholds, self.selfjoin)
-        decide = kernel("brute_tc.cu", f"brute_tc_exact_{'f32' if self.A.points.dtype == np.float32 else 'f64'}")
+        decide = kernel("brute_tc.cu", f"brute_tc_exact_{'f32' if self.A.points.dtype == np.float32 else 'f64'}",
+                        specific=True)  # the module the filter's kernels come from: compiled once
         for cand, cand_pair, count, self._candidates in listed_candidates(launch, int(P.shape[0]), self._candidates,
                                                                           per_pair):
             if count:

@@ -61,17 +61,39 @@ def cuda_source(name: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _module(name: str, device: int, specific: bool = False):
+    """``specific``: compiled for the device's architecture-specific target (only asked where it has one); where
+    that compile fails, a warning and the plain module, whose kernels leave out that target's code."""
     cp = cupy()
-    if specific and feature_arch(device):
-        return cp.RawModule(path=_specific_cubin(name, feature_arch(device)))
+    if specific:
+        try:
+            return cp.RawModule(path=_specific_cubin(name, feature_arch(device)))
+        except Exception as exc:  # noqa: BLE001 - any compiler or loader failure: the portable module serves
+            import warnings
+
+            warnings.warn(f"cuda/{name} for {feature_arch(device)} failed ({exc}); using its portable kernels",
+                          RuntimeWarning, stacklevel=3)
+            _SPECIFIC_FAILED.add((name, device))
     return cp.RawModule(code=cuda_source(name), options=("-std=c++17",))
+
+
+_SPECIFIC_FAILED: set = set()
 
 
 def kernel(name: str, function: str, specific: bool = False):
     """A compiled kernel from ``cuda/<name>`` (compiled once per process and device, by NVRTC); with
     ``specific``, compiled for the device's architecture-specific target where it has one (:func:`feature_arch`)."""
-    cp = cupy()
-    return _module(name, cp.cuda.runtime.getDevice(), specific).get_function(function)
+    device = cupy().cuda.runtime.getDevice()
+    return _module(name, device, specific and feature_arch(device) is not None).get_function(function)
+
+
+def specific_ready(name: str) -> bool:
+    """Whether ``cuda/<name>`` runs compiled for the current device's architecture-specific target (compiled
+    here if it was not yet): False where the device has none or its compile failed."""
+    device = cupy().cuda.runtime.getDevice()
+    if feature_arch(device) is None:
+        return False
+    _module(name, device, True)
+    return (name, device) not in _SPECIFIC_FAILED
 
 
 @functools.lru_cache(maxsize=None)
@@ -84,8 +106,11 @@ def feature_arch(device: int) -> str | None:
 def _specific_cubin(name: str, arch: str) -> str:
     """``cuda/<name>`` compiled by NVRTC for ``arch`` with the options CuPy gives a ``RawModule`` (so float
     arithmetic is the same: ``-ftz=true``), cached on disk beside CuPy's kernels under a key of the source,
-    options and NVRTC version (written to a temporary name and renamed: a cache, like CuPy's, not an output)."""
+    options and NVRTC version.  Written to a temporary file of its own and renamed, so that processes (or hosts
+    sharing the folder) compiling at once never leave a partial file under the final name (a cache, like CuPy's,
+    not an output: not through io/commit.py, which kernels/ does not import)."""
     import hashlib
+    import tempfile
 
     from cupy.cuda import nvrtc
 
@@ -106,10 +131,14 @@ def _specific_cubin(name: str, arch: str) -> str:
     finally:
         nvrtc.destroyProgram(prog)
     os.makedirs(folder, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(cubin)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(cubin)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
     return path
 
 

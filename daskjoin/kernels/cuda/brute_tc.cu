@@ -164,8 +164,8 @@ __device__ __forceinline__ void wg_hold(float* d) {
 }
 
 // A shared-memory matrix descriptor: rows of 128 bytes in the 128-byte swizzle (mode 1, bits 62-63), 8-row
-// groups 1,024 bytes apart (stride offset, bits 32-45); the leading offset (bits 16-29) is not used by this
-// layout.  `addr` is a multiple of 1,024 plus the k-step's 32-byte offset within the row.
+// groups 1,024 bytes apart (stride offset, bits 32-45); the leading offset (bits 16-29) is set to 1 and ignored
+// by this layout.  `addr` is a multiple of 1,024 plus the k-step's 32-byte offset within the row.
 __device__ __forceinline__ unsigned long long wg_desc(unsigned addr) {
     return (unsigned long long)((addr & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32)
            | (1ull << 62);
@@ -194,8 +194,8 @@ struct Wgmma {
         const unsigned a = (unsigned)__cvta_generic_to_shared(sA) + (threadIdx.x >> 7) * 64 * 128;
         const unsigned b = (unsigned)__cvta_generic_to_shared(sB);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-        // unrolled to KB with the width as a guard: a loop over a run-time count of steps makes ptxas serialise
-        // every wgmma of the kernel (C7514)
+        // unrolled to KB with the width as a guard (the form measured; in a pipelined form, a loop over a run-time
+        // count of steps had made ptxas serialise every wgmma: message C7514)
 #pragma unroll
         for (int kk = 0; kk < KB; kk += 32)
             if (kk < w) wgmma_tile(acc, wg_desc(a + kk), wg_desc(b + kk), !(fresh && kk == 0));
@@ -306,8 +306,8 @@ __device__ __forceinline__ float over(float g, float y) { return __fsub_ru(g, y)
 __device__ __forceinline__ int larger(int a, int b) { return max(a, b); }
 __device__ __forceinline__ float larger(float a, float b) { return fmaxf(a, b); }
 
-// The filter: each block forms one tile pair's products and appends the (row, row, tile pair) of every
-// product that passes the test above to a candidate list.  The test is one subtraction and one maximum a
+// The filter: each block forms the products of its tile pairs, one pair after another, and appends the (row,
+// row, tile pair) of every product that passes the test above to a candidate list.  The test is one subtraction and one maximum a
 // product: each thread takes the largest G - Y_b of each of its rows against the row's X_a, and only a warp
 // with a candidate goes on to find which products passed (the bound behind the thresholds, and why a
 // separable test: tc_quant.py).  The column thresholds are held through that test and read again, a
