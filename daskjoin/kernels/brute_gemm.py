@@ -28,25 +28,25 @@ from .brute import BruteJoin
 from .exact import error_constants
 from .knn_gemm import ROOT_GROW, Shifted
 from .memory import pair_buffers
-from .parallel_guard import serialised
 from .within import within
 
 #: the GEMM filter from this many dimensions up (``filter="auto"``); below, a direct test of a pair costs
-#: less than its share of the products (measured: ``benchmarks/bench_cpu_gemm.py``)
-GEMM_FROM_D = 8
-#: product tiles: rows of A x rows of B (16 MiB of float32 products)
-A_TILE, B_TILE = 1024, 4096
+#: about its share of the products (``benchmarks/bench_cpu_gemm.py``, 20k rows, 2 cores, session 24: at 2-d the
+#: products 1.03-1.65x the nested loop's speed, at 3-d 1.9-2.7x, at 4-d 3.4-4.3x)
+GEMM_FROM_D = 3
+#: product tiles: rows of A x rows of B (2 MiB of float32 products, screened while they are in cache)
+A_TILE, B_TILE = 512, 1024
 FILTERS = ("auto", "fp32", "none")
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def _screen(g, r0, c0, selfjoin, an2, anorm, bn2, bmax, c1, c2, reach0, a, b, eps2, fill, counts, base, row0,
             oi, oj, od, decided):
     """Rows ``r0 ..`` of A against columns ``c0 ..`` of B through their products ``g``: pairs the bound cannot
     rule out decided exactly (``decided[r]``: how many), counted per row (``counts``) or written at each row's
-    cursor (``base[r - row0]``)."""
+    cursor (``base[r - row0]``).  Serial and without the GIL: threads run it on blocks of rows of their own."""
     rows, cols = g.shape
-    for t in numba.prange(rows):
+    for t in range(rows):
         r = r0 + t
         lo = max(0, r + 1 - c0) if selfjoin else 0
         n = anorm[r] + bmax
@@ -125,18 +125,33 @@ class GemmBruteJoin(BruteJoin):
         return oi, oj, (od if with_distance else None)
 
     def _sweep(self, row0: int, row1: int, fill: bool, counts, base, oi, oj, od) -> np.ndarray:
-        """Rows [row0, row1) of A against B (later rows only, self-join), a product tile at a time; returns the
-        pairs each row of A decided in float64."""
+        """Rows [row0, row1) of A against B (later rows only, self-join); returns the pairs each row of A decided in
+        float64.
+
+        Each thread of the task's share takes a block of :data:`A_TILE` rows at a time (the self-join's first
+        blocks, which have the most columns, first) and runs through B a tile of :data:`B_TILE` columns at a time:
+        one single-threaded BLAS product, screened at once while it is in cache.  This is 2-3x the speed of
+        products of the whole width on every core followed by a parallel screen (20k rows, 8- to 128-d, 2 cores:
+        ``benchmarks/bench_cpu_gemm.py``): the 16 MiB tiles were read back from memory, and BLAS's threads and
+        Numba's took turns.  Blocks own their rows, so the counts and cursors need no locks."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from threadpoolctl import threadpool_limits
+
         A, B, m = self.A, self.B, self.b.shape[0]
         decided = np.zeros(self.a.shape[0], np.int64)
-        for r0 in range(row0, row1, A_TILE):
+
+        def block(r0: int) -> None:
             r1 = min(row1, r0 + A_TILE)
             for c0 in range(r0 + 1 if self.selfjoin else 0, m, B_TILE):
                 c1 = min(m, c0 + B_TILE)
                 g = A.x32[r0:r1] @ B.x32[c0:c1].T
-                with serialised():
-                    _screen(g, r0, c0, self.selfjoin, A.n2, A.norm, B.n2, float(B.norm[c0:c1].max()), self.c1,
-                            self.c2, self.reach0, self.a, self.b, self.eps2, fill, counts, base, row0, oi, oj, od,
-                            decided)
+                _screen(g, r0, c0, self.selfjoin, A.n2, A.norm, B.n2, float(B.norm[c0:c1].max()), self.c1, self.c2,
+                        self.reach0, self.a, self.b, self.eps2, fill, counts, base, row0, oi, oj, od, decided)
+
+        # one BLAS thread a call: the threads here are the parallelism (a process-wide setting, restored after;
+        # a concurrent task may see it, which changes only its speed)
+        with threadpool_limits(1, "blas"), ThreadPoolExecutor(max(1, numba.get_num_threads())) as pool:
+            list(pool.map(block, range(row0, row1, A_TILE)))
         self.decided = int(decided.sum())
         return decided
