@@ -36,7 +36,6 @@ import numpy as np
 
 from .exact import NORM_FLOOR, error_constants
 from .knn import _bounded_d2, _offer
-from .parallel_guard import serialised
 
 #: the GEMM filter from this many dimensions up: ``bench_knn.py --workloads gemm-crossover``, 20k clustered
 #: rows, k = 16: on the 2-core VM 0.73x the direct search at d = 3, 1.17x at 4, 3.3x at 64; on an H100
@@ -46,8 +45,9 @@ GEMM_MIN_D = 4
 MAX_NORM = 1e18
 #: growth of the k-th distance in the filter's test (module docstring)
 ROOT_GROW = 1.0 + 2e-9
-#: the float32 product tile on the CPU (queries x data rows)
-Q_TILE, X_TILE = 2048, 2048
+#: the float32 product tile on the CPU (queries x data rows): a thread's block of queries against a tile of rows,
+#: 2 MiB, screened while it is in cache (as brute_gemm.py's ε-join)
+Q_TILE, X_TILE = 512, 1024
 
 
 class Shifted:
@@ -104,40 +104,39 @@ def _threshold(root, qa, qb, xmax, c1, c2):
     return c2 * n * n + reach * reach - qb
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def _filter_tile(g, qn2, qnorm, xn2, xmax, c1, c2, queries, qids, exclude, x, x0, first_id, best_d2, best_j,
                  decided):
     """Offer to each query's list the rows ``x0 ..`` of ``x`` that the products ``g`` (queries x rows)
     cannot rule out, decided exactly (``decided``: per query, how many rows were).  ``xmax``: the
-    largest norm of the tile's rows."""
+    largest norm of the tile's rows.  Serial and without the GIL: threads run it on blocks of queries of
+    their own."""
     m, nt = g.shape
     d = queries.shape[1]
-    chunks = min(m, 256)
-    for c in numba.prange(chunks):
-        q = np.empty(d, np.float64)
-        keep = np.empty(SCREEN_ROWS, np.int64)
-        for t in range(c * m // chunks, (c + 1) * m // chunks):
-            for v in range(d):
-                q[v] = queries[t, v]
-            hd, hj = best_d2[t], best_j[t]
-            qa, qb = qnorm[t], np.float64(qn2[t])
-            b0 = 0
-            while b0 < nt:
-                thr = _threshold(hd[0], qa, qb, xmax, c1, c2)
-                # a list not yet full takes the next k rows as they come (the fewest that can fill it)
-                b1 = min(nt, b0 + (SCREEN_ROWS if thr < np.inf else min(SCREEN_ROWS, hd.shape[0])))
-                kept = 0
-                for b in range(b0, b1):  # branch-free
-                    keep[kept] = b
-                    kept += np.float64(xn2[b]) - 2.0 * np.float64(g[t, b]) <= thr
-                b0 = b1
-                decided[t] += kept
-                for u in range(kept):
-                    b = keep[u]
-                    e = _bounded_d2(q, x, x0 + b, hd[0])
-                    jid = first_id + x0 + b
-                    if e >= 0.0 and not (exclude and jid == qids[t]):
-                        _offer(hd, hj, e, jid)
+    q = np.empty(d, np.float64)
+    keep = np.empty(SCREEN_ROWS, np.int64)
+    for t in range(m):
+        for v in range(d):
+            q[v] = queries[t, v]
+        hd, hj = best_d2[t], best_j[t]
+        qa, qb = qnorm[t], np.float64(qn2[t])
+        b0 = 0
+        while b0 < nt:
+            thr = _threshold(hd[0], qa, qb, xmax, c1, c2)
+            # a list not yet full takes the next k rows as they come (the fewest that can fill it)
+            b1 = min(nt, b0 + (SCREEN_ROWS if thr < np.inf else min(SCREEN_ROWS, hd.shape[0])))
+            kept = 0
+            for b in range(b0, b1):  # branch-free
+                keep[kept] = b
+                kept += np.float64(xn2[b]) - 2.0 * np.float64(g[t, b]) <= thr
+            b0 = b1
+            decided[t] += kept
+            for u in range(kept):
+                b = keep[u]
+                e = _bounded_d2(q, x, x0 + b, hd[0])
+                jid = first_id + x0 + b
+                if e >= 0.0 and not (exclude and jid == qids[t]):
+                    _offer(hd, hj, e, jid)
 
 
 class GemmBrute:
@@ -158,18 +157,25 @@ class GemmBrute:
         return shifted if shifted.fits and self.rows.fits else None
 
     def search(self, queries, shifted: Shifted, query_ids, best_d2, best_j, exclude_self: bool) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from threadpoolctl import threadpool_limits
+
         queries = np.ascontiguousarray(queries)
         ids = np.ascontiguousarray(query_ids, np.int64)
         x = self.rows
         decided = np.zeros(len(queries), np.int64)
-        for q0 in range(0, len(queries), Q_TILE):
+
+        def block(q0: int) -> None:  # a thread's block of queries through every tile of rows, in order
             q1 = min(len(queries), q0 + Q_TILE)
             for x0 in range(0, len(self.data), X_TILE):
                 x1 = min(len(self.data), x0 + X_TILE)
                 g = shifted.x32[q0:q1] @ x.x32[x0:x1].T
-                xmax = float(x.norm[x0:x1].max())
-                with serialised():
-                    _filter_tile(g, shifted.n2[q0:q1], shifted.norm[q0:q1], x.n2[x0:x1], xmax,
-                                 self.c1, self.c2, queries[q0:q1], ids[q0:q1], bool(exclude_self), self.data, x0,
-                                 self.first_id, best_d2[q0:q1], best_j[q0:q1], decided[q0:q1])
+                _filter_tile(g, shifted.n2[q0:q1], shifted.norm[q0:q1], x.n2[x0:x1], float(x.norm[x0:x1].max()),
+                             self.c1, self.c2, queries[q0:q1], ids[q0:q1], bool(exclude_self), self.data, x0,
+                             self.first_id, best_d2[q0:q1], best_j[q0:q1], decided[q0:q1])
+
+        # one BLAS thread a call: the threads here are the parallelism (brute_gemm.GemmBruteJoin._sweep)
+        with threadpool_limits(1, "blas"), ThreadPoolExecutor(max(1, numba.get_num_threads())) as pool:
+            list(pool.map(block, range(0, len(queries), Q_TILE)))
         self.decided += int(decided.sum())
