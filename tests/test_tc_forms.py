@@ -105,3 +105,64 @@ def test_a_form_asked_for_overrides_the_device_default(device, monkeypatch):
     monkeypatch.setattr(brute_gpu, "TC_MMA", "mma")
     assert brute_gpu.tc_mma() == "mma" and brute_gpu.tc_smem_bytes() == brute_gpu.TC_SMEM_BYTES
     assert brute_gpu.tc_kernel("brute_tc_i8").name == "brute_tc_i8"
+
+
+class _FakeNvrtc:
+    """NVRTC as _specific_cubin calls it: records compiles, returns the options as the 'cubin'."""
+
+    class NVRTCError(Exception):
+        pass
+
+    def __init__(self, fail=False):
+        self.fail, self.compiled = fail, []
+
+    def getVersion(self):
+        return (13, 0)
+
+    def createProgram(self, source, name, headers, include_names):
+        return [source, name]
+
+    def compileProgram(self, prog, options):
+        if self.fail:
+            raise self.NVRTCError("NVRTC_ERROR_COMPILATION")
+        self.compiled.append((prog[1], tuple(options)))
+        prog.append(" ".join(options).encode())
+
+    def getCUBIN(self, prog):
+        return prog[-1]
+
+    def getProgramLog(self, prog):
+        return "brute_tc.cu(1): error: something"
+
+    def destroyProgram(self, prog):
+        pass
+
+
+@pytest.fixture
+def nvrtc(monkeypatch, tmp_path):
+    """A stand-in ``cupy.cuda.nvrtc`` and a cache folder of the test's own."""
+    import sys
+
+    fake = _FakeNvrtc()
+    cuda = types.ModuleType("cupy.cuda")
+    cuda.nvrtc = fake
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path))
+    return fake
+
+
+def test_the_sm90a_cubin_is_compiled_once_and_kept_under_its_key(nvrtc, tmp_path):
+    path = gpu_common._specific_cubin("brute_tc.cu", "sm_90a")
+    assert nvrtc.compiled == [("brute_tc.cu", ("-std=c++17", "-ftz=true", "-arch=sm_90a"))]  # CuPy's options
+    assert open(path, "rb").read() == b"-std=c++17 -ftz=true -arch=sm_90a"
+    assert gpu_common._specific_cubin("brute_tc.cu", "sm_90a") == path and len(nvrtc.compiled) == 1  # a hit
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.rsplit("/", 1)[1]]  # no temporary file left
+    assert gpu_common._specific_cubin("knn.cu", "sm_90a") != path  # another source, another key
+
+
+def test_a_failed_sm90a_compile_says_why_and_leaves_no_file(monkeypatch, nvrtc, tmp_path):
+    nvrtc.fail = True
+    with pytest.raises(RuntimeError, match="something"):
+        gpu_common._specific_cubin("brute_tc.cu", "sm_90a")
+    assert list(tmp_path.iterdir()) == []
