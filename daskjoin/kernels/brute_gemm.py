@@ -149,9 +149,15 @@ class GemmBruteJoin(BruteJoin):
                 _screen(g, r0, c0, self.selfjoin, A.n2, A.norm, B.n2, float(B.norm[c0:c1].max()), self.c1, self.c2,
                         self.reach0, self.a, self.b, self.eps2, fill, counts, base, row0, oi, oj, od, decided)
 
-        # one BLAS thread a call: the threads here are the parallelism (a process-wide setting, restored after;
-        # a concurrent task may see it, which changes only its speed)
-        with threadpool_limits(1, "blas"), ThreadPoolExecutor(max(1, numba.get_num_threads())) as pool:
-            list(pool.map(block, range(row0, row1, A_TILE)))
+        starts = range(row0, row1, A_TILE)
+        threads = min(len(starts), max(1, numba.get_num_threads()))
+        if threads <= 1:  # one block (or one thread): no pool, BLAS as it is (what a pool and limits cost, ~1 ms)
+            for r0 in starts:
+                block(r0)
+        else:
+            # one BLAS thread a call: the threads here are the parallelism (a process-wide setting, restored after;
+            # a concurrent task may see it, which changes only its speed)
+            with threadpool_limits(1, "blas"), ThreadPoolExecutor(threads) as pool:
+                list(pool.map(block, starts))
         self.decided = int(decided.sum())
         return decided

@@ -175,7 +175,13 @@ class GemmBrute:
                              self.c1, self.c2, queries[q0:q1], ids[q0:q1], bool(exclude_self), self.data, x0,
                              self.first_id, best_d2[q0:q1], best_j[q0:q1], decided[q0:q1])
 
-        # one BLAS thread a call: the threads here are the parallelism (brute_gemm.GemmBruteJoin._sweep)
-        with threadpool_limits(1, "blas"), ThreadPoolExecutor(max(1, numba.get_num_threads())) as pool:
-            list(pool.map(block, range(0, len(queries), Q_TILE)))
+        starts = range(0, len(queries), Q_TILE)
+        threads = min(len(starts), max(1, numba.get_num_threads()))
+        if threads <= 1:  # as brute_gemm.GemmBruteJoin._sweep
+            for q0 in starts:
+                block(q0)
+        else:
+            # one BLAS thread a call: the threads here are the parallelism (brute_gemm.GemmBruteJoin._sweep)
+            with threadpool_limits(1, "blas"), ThreadPoolExecutor(threads) as pool:
+                list(pool.map(block, starts))
         self.decided += int(decided.sum())
