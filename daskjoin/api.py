@@ -169,8 +169,9 @@ def _plan(checked, *, method, partitioning, backend, client, gpu_options=None, c
     if parallelism is None:
         parallelism = task_slots(client, on_gpu, workers)
     options = ()
-    if gpu_options:  # the method follows from d and the backend alone: its options checked before any data pass
-        chosen, _ = choose_method(method, src_a.d, gpu=on_gpu)
+    if gpu_options:  # the method follows from d, the sizes and the backend: its options checked before any data pass
+        chosen, _ = choose_method(method, src_a.d, gpu=on_gpu,
+                                  row_pairs=float(src_a.n) * float((src_a if src_b is None else src_b).n))
         label = "gpu_options" if method == chosen else \
             f"gpu_options (--option; method 'auto' chose {chosen!r} for {src_a.d}-d rows)"
         options = tuple(sorted(check_gpu_options("epsilon", chosen, gpu_options, label).items()))

@@ -499,6 +499,15 @@ def test_choose_method():
     method, reason = cost.choose_method("auto", cost.CPU_BRUTE_FROM_D)
     assert method == "brute" and f"d={cost.CPU_BRUTE_FROM_D}" in reason and "CPU" in reason and "BLAS" in reason
     assert {cost.choose_method("auto", d)[0] for d in range(1, 200)} == {"grid", "brute"}  # the rest by name only
+    # on the CPU from CPU_BRUTE_SMALL_FROM_D where the join's pairs of rows are few; never on the GPU, never below
+    small, large = cost.CPU_BRUTE_SMALL_ROW_PAIRS, cost.CPU_BRUTE_SMALL_ROW_PAIRS * 1.01
+    d = cost.CPU_BRUTE_SMALL_FROM_D
+    method, reason = cost.choose_method("auto", d, row_pairs=small)
+    assert method == "brute" and "pairs of rows" in reason and "CPU" in reason
+    assert cost.choose_method("auto", d, row_pairs=large)[0] == "grid"
+    assert cost.choose_method("auto", d - 1, row_pairs=1.0)[0] == "grid"
+    assert cost.choose_method("auto", d, gpu=True, row_pairs=1.0)[0] == "grid"
+    assert cost.choose_method("auto", cost.CPU_BRUTE_FROM_D, row_pairs=large)[0] == "brute"
     assert cost.choose_method("auto", cost.GPU_BRUTE_FROM_D - 1, gpu=True)[0] == "grid"
     method, reason = cost.choose_method("auto", cost.GPU_BRUTE_FROM_D, gpu=True)
     assert method == "brute" and "GPU" in reason
@@ -619,6 +628,17 @@ def test_plan_explain_cross_and_auto(client, tmp_path):
     assert "method:        brute on cpu" in text and f"d=20 >= {cost.CPU_BRUTE_FROM_D}" in text
     assert "fits one task" in text and "tasks:         1" in text
     assert not plan.selfjoin and plan.d == 20
+
+
+def test_auto_takes_brute_at_10_d_only_for_small_cpu_joins(client):
+    """The planner passes the join's pairs of rows: a 2,000-row 10-d self-join takes brute, one of 110k rows (past
+    CPU_BRUTE_SMALL_ROW_PAIRS) the grid."""
+    small = np.random.default_rng(3).random((2000, 10))
+    text = dj.plan_join(small, eps=0.3, backend="cpu", client=client).explain()
+    assert "method:        brute on cpu" in text and "pairs of rows" in text
+    large = np.random.default_rng(4).random((110_000, 10)).astype(np.float32)
+    assert 110_000 ** 2 > cost.CPU_BRUTE_SMALL_ROW_PAIRS
+    assert dj.plan_join(large, eps=0.05, backend="cpu", client=client).method == "grid"
 
 
 def test_plan_over_budget_note(client):

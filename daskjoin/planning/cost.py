@@ -13,16 +13,30 @@ GPU_BRUTE_FROM_D = 16
 #: and auto takes brute from 12-d, where it led by 2.5-7x.  (The nested loop alone lost to the directory at
 #: 12-16 d: methods-cpu-vm-2026-11-26.json.)
 CPU_BRUTE_FROM_D = 12
+#: ... and from 10-d where the join has at most this many pairs of rows (n_a n_b).  Session 24 (brute's products
+#: screened per thread in cache: methods-cpu-vm-2026-11-27-session24-brute-blocks.json), 50k rows at 10-d: brute
+#: 1.17 s against the grid's 8.40 s (uniform) and 4.10 s (exponential); at 8-d 1.10 s against 1.71 / 1.21 s (too
+#: close to carry to larger n).  Brute's time grows as n_a n_b, the grid's about as n, so at 10-d they meet near
+#: 180k rows on the exponential data; up to 1e10 pairs of rows (a 100k self-join) brute is predicted at least 1.8x
+#: faster.
+CPU_BRUTE_SMALL_FROM_D = 10
+CPU_BRUTE_SMALL_ROW_PAIRS = 1e10
 
 
-def choose_method(requested: str, d: int, *, gpu: bool = False) -> tuple[str, str]:
-    """``grid`` below the measured crossover dimensionality of the backend, ``brute`` from it."""
+def choose_method(requested: str, d: int, *, gpu: bool = False, row_pairs: float | None = None) -> tuple[str, str]:
+    """``grid`` below the measured crossover dimensionality of the backend, ``brute`` from it; on the CPU also
+    from :data:`CPU_BRUTE_SMALL_FROM_D` dimensions where ``row_pairs`` (n_a n_b) is small enough."""
     if requested != "auto":
         return requested, "requested"
     limit, where = (GPU_BRUTE_FROM_D, "GPU") if gpu else (CPU_BRUTE_FROM_D, "CPU")
+    how = "tiled nested loop (box-pruned tiles)" if gpu else "nested loop behind float32 BLAS products (a proven filter)"
+    if not gpu and CPU_BRUTE_SMALL_FROM_D <= d < limit and row_pairs is not None \
+            and row_pairs <= CPU_BRUTE_SMALL_ROW_PAIRS:
+        return "brute", (f"d={d} >= {CPU_BRUTE_SMALL_FROM_D} and {row_pairs:.3g} pairs of rows <= "
+                         f"{CPU_BRUTE_SMALL_ROW_PAIRS:.0e}: on the CPU the {how} wins there (measured; its work grows "
+                         f"as the pairs of rows, the grid's about as the rows)")
     if d < limit:
         return "grid", f"d={d} < {limit}: on the {where} the ε-grid over non-empty cells wins below d={limit} (measured crossover)"
-    how = "tiled nested loop (box-pruned tiles)" if gpu else "nested loop behind float32 BLAS products (a proven filter)"
     return "brute", f"d={d} >= {limit}: on the {where} the {how} wins from d={limit} (measured crossover)"
 
 

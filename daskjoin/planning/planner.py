@@ -325,7 +325,7 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     stats_b = None if b is None else _statistics("B", b, runner, fp_b, steps)
     n_a, n_b = a.n, (a.n if b is None else b.n)
     est = _estimate(stats_a, n_a, eps, stats_b, n_b, (fp_a, fp_b) if zarr_inputs else None, gpu=gpu)
-    chosen_method, method_reason = cost.choose_method(method, a.d, gpu=gpu)
+    chosen_method, method_reason = cost.choose_method(method, a.d, gpu=gpu, row_pairs=float(n_a) * float(n_b))
     total_rows = n_a + (0 if b is None else n_b)
     held = 0.0 if count_only else est.upper  # the pairs a task holds: none when it only counts them
     per_row, row_cap = _task_rows(a, b, chosen_method, device_memory)
