@@ -16,7 +16,7 @@ CPU_BRUTE_FROM_D = 12
 #: ... and from 10-d where the join has at most this many pairs of rows (n_a n_b).  Session 24 (brute's products
 #: screened per thread in cache: methods-cpu-vm-2026-11-27-session24-brute-blocks.json), 50k rows at 10-d: brute
 #: 1.17 s against the grid's 8.40 s (uniform) and 4.10 s (exponential); at 8-d 1.10 s against 1.71 / 1.21 s (too
-#: close to carry to larger n).  Brute's time grows as n_a n_b, the grid's about as n, so at 10-d they meet near
+#: close to carry to larger n).  Brute's time grows as n_a n_b, the grid's about as n, so at 10-d they would meet near
 #: 180k rows on the exponential data; up to 1e10 pairs of rows (a 100k self-join) brute is predicted at least 1.8x
 #: faster.
 CPU_BRUTE_SMALL_FROM_D = 10
