@@ -631,13 +631,13 @@ def test_plan_explain_cross_and_auto(client, tmp_path):
 
 
 def test_auto_takes_brute_at_10_d_only_for_small_cpu_joins(client):
-    """The planner passes the join's pairs of rows: a 2,000-row 10-d self-join takes brute, one of 110k rows (past
+    """The planner passes the join's pairs of rows: a 2,000-row 10-d self-join takes brute, one of 330k rows (past
     CPU_BRUTE_SMALL_ROW_PAIRS) the grid."""
     small = np.random.default_rng(3).random((2000, 10))
     text = dj.plan_join(small, eps=0.3, backend="cpu", client=client).explain()
     assert "method:        brute on cpu" in text and "pairs of rows" in text
-    large = np.random.default_rng(4).random((110_000, 10)).astype(np.float32)
-    assert 110_000 ** 2 > cost.CPU_BRUTE_SMALL_ROW_PAIRS
+    large = np.random.default_rng(4).random((330_000, 10)).astype(np.float32)
+    assert 330_000 ** 2 > cost.CPU_BRUTE_SMALL_ROW_PAIRS
     assert dj.plan_join(large, eps=0.05, backend="cpu", client=client).method == "grid"
 
 

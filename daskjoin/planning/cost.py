@@ -14,13 +14,13 @@ GPU_BRUTE_FROM_D = 16
 #: 12-16 d: methods-cpu-vm-2026-11-26.json.)
 CPU_BRUTE_FROM_D = 12
 #: ... and from 10-d where the join has at most this many pairs of rows (n_a n_b).  Session 24 (brute's products
-#: screened per thread in cache: methods-cpu-vm-2026-11-27-session24-brute-blocks.json), 50k rows at 10-d: brute
-#: 1.17 s against the grid's 8.40 s (uniform) and 4.10 s (exponential); at 8-d 1.10 s against 1.71 / 1.21 s (too
-#: close to carry to larger n).  Brute's time grows as n_a n_b, the grid's about as n, so at 10-d they would meet near
-#: 180k rows on the exponential data; up to 1e10 pairs of rows (a 100k self-join) brute is predicted at least 1.8x
-#: faster.
+#: screened per thread in cache; methods-cpu-vm-2026-11-27-session24-brute-blocks*.json), 10-d, exponential /
+#: uniform: 50k rows, brute 1.12 / 1.17 s against the grid's 4.10 / 8.40 s; 150k rows, 10.2 / 10.0 s against
+#: 20.6 / 35.7 s.  Brute grows as n^2.0, the grid here as n^1.47 / n^1.32, so they would meet near 560k / 970k rows
+#: (extrapolated); up to 1e11 pairs of rows (a 316k self-join) brute is predicted at least 1.35x / 2.1x faster.  At
+#: 8-d brute led by 1.1-1.55x at 50k rows only (1.10 s against 1.21 / 1.71 s): the grid stays.
 CPU_BRUTE_SMALL_FROM_D = 10
-CPU_BRUTE_SMALL_ROW_PAIRS = 1e10
+CPU_BRUTE_SMALL_ROW_PAIRS = 1e11
 
 
 def choose_method(requested: str, d: int, *, gpu: bool = False, row_pairs: float | None = None) -> tuple[str, str]:
