@@ -34,7 +34,7 @@ def choose_method(requested: str, d: int, *, gpu: bool = False, row_pairs: float
             and row_pairs <= CPU_BRUTE_SMALL_ROW_PAIRS:
         return "brute", (f"d={d} >= {CPU_BRUTE_SMALL_FROM_D} and {row_pairs:.3g} pairs of rows <= "
                          f"{CPU_BRUTE_SMALL_ROW_PAIRS:.0e}: on the CPU the {how} wins there (measured; its work grows "
-                         f"as the pairs of rows, the grid's about as the rows)")
+                         f"as the pairs of rows, the grid's more slowly)")
     if d < limit:
         return "grid", f"d={d} < {limit}: on the {where} the ε-grid over non-empty cells wins below d={limit} (measured crossover)"
     return "brute", f"d={d} >= {limit}: on the {where} the {how} wins from d={limit} (measured crossover)"
