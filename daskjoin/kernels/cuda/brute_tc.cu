@@ -91,6 +91,8 @@ struct MmaSync {
     __device__ static unsigned char* base(unsigned char* stages) { return stages; }
     __device__ static int at(int r, int v) { return r * LDS + v * 16; }  // 16-byte vector v of row r
     __device__ static void landed() {}
+    template <typename Acc>
+    __device__ static void settle(Acc*) {}  // mma.sync's products are in the registers when `product` returns
 
     // acc += the products of one staged chunk of w bytes (A rows at sA, B rows at sB), zeroed first if
     // `fresh`.  The fragments come by ldmatrix (four 8 x 16-byte matrices an instruction, 6 loads a 32-byte
@@ -194,12 +196,16 @@ struct Wgmma {
         const unsigned a = (unsigned)__cvta_generic_to_shared(sA) + (threadIdx.x >> 7) * 64 * 128;
         const unsigned b = (unsigned)__cvta_generic_to_shared(sB);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-        // unrolled to KB with the width as a guard (the form measured; in a pipelined form, a loop over a run-time
-        // count of steps had made ptxas serialise every wgmma: message C7514)
+        // unrolled to KB with the width as a guard (in a pipelined form, a loop over a run-time count of steps had
+        // made ptxas serialise every wgmma: message C7514; an unguarded copy for whole chunks injected more fences)
 #pragma unroll
         for (int kk = 0; kk < KB; kk += 32)
             if (kk < w) wgmma_tile(acc, wg_desc(a + kk), wg_desc(b + kk), !(fresh && kk == 0));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    }
+    // the products issued by `product` awaited: the caller's loads in between (the visit's thresholds) overlap them
+    template <typename Acc>
+    __device__ static void settle(Acc* acc) {
         wgmma_wait<0>();
         wg_hold(acc);
     }
@@ -209,15 +215,19 @@ struct Wgmma {
 // Bytes k0 .. k0 + KB of the 128 rows of one tile (src: its first row's byte k0) into the slot at s, by
 // asynchronous copies (no registers, all in flight at once); the caller commits the group.  Thread x copies
 // the 16-byte vectors x mod 8 of rows x / 8, x / 8 + 32, ...: no division, and a chunk shorter than KB
-// (vecs < 8) leaves the same threads idle throughout.
+// (vecs < 8) leaves the same threads idle throughout.  Both layouts place row r + 32 i at at(r) + at(32 i, 0)
+// (the swizzle depends on r mod 8 alone): a fixed count of copies from two base addresses.
 template <typename M>
 __device__ __forceinline__ void stage_rows(unsigned char* s, const unsigned char* __restrict__ src, int rowbytes,
                                            int vecs) {
-    const int c = threadIdx.x & 7;
+    constexpr int ROWS = THREADS / 8;  // rows a pass
+    const int c = threadIdx.x & 7, r = threadIdx.x >> 3;
     if (c >= vecs) return;
+    unsigned char* const d = s + M::at(r, c);
+    const unsigned char* const g = src + r * (i64)rowbytes + c * 16;
+    const i64 step = ROWS * (i64)rowbytes;
 #pragma unroll
-    for (int r = threadIdx.x >> 3; r < TILE; r += THREADS / 8)
-        cp_async16(s + M::at(r, c), src + r * (i64)rowbytes + c * 16);
+    for (int i = 0; i < TILE / ROWS; ++i) cp_async16(d + M::at(i * ROWS, 0), g + i * step);
 }
 
 // The copies of items (a tile pair's chunk of KB bytes: item i is chunk i mod nk of pair first + i / nk) into
@@ -226,9 +236,10 @@ __device__ __forceinline__ void stage_rows(unsigned char* s, const unsigned char
 // (nk == 1) a run of pairs of one tile of P (the list is in row-major order) loads it once, which halves the
 // bytes read from L2 on dense lists.  A slots go round by run, NSTAGES of them: the slot a new run takes last
 // served the run three before, whose items all finished before the __syncthreads that precedes the staging
-// (the items in use then, it and it + 1, belong to the two runs before the new one at the earliest).  Each
-// call commits one group of copies (an empty one past the end, which keeps the count that
-// cp.async.wait_group waits on).
+// (the items in use then, it and it + 1, belong to the two runs before the new one at the earliest).  Items
+// are staged in order, one a call, each call committing one group of copies (an empty one past the end, which
+// keeps the count that cp.async.wait_group waits on).  The item's pair, chunk and stage are counted, not
+// divided out: 64-bit divisions by the run-time nk were most of the kernel's instructions (session 25).
 template <typename M>
 struct Stager {
     unsigned char* aslots;
@@ -238,7 +249,10 @@ struct Stager {
     int rowbytes, nk;
     const i64* __restrict__ P;
     const i64* __restrict__ Q;
-    i64 first, items;
+    i64 first;
+    int items;                // (end - first) * nk
+    int next, next_kc, next_st;  // the item to stage next, its chunk and stage
+    i64 next_k;               // its pair
     int run;        // A runs staged so far, less one, modulo NSTAGES: the slot of the last
     unsigned held;  // 2 bits a stage: the A slot of the item staged there
     i64 last_tp;
@@ -246,30 +260,29 @@ struct Stager {
     __device__ __forceinline__ Stager(unsigned char* base, const unsigned char* X_, const unsigned char* Y_,
                                       int rowbytes_, const i64* P_, const i64* Q_, i64 first_, i64 end)
         : aslots(base), bslots(base + NSTAGES * M::SLOT), X(X_), Y(Y_), rowbytes(rowbytes_),
-          nk((rowbytes_ + KB - 1) / KB), P(P_), Q(Q_), first(first_), items((end - first_) * nk), run(-1), held(0),
-          last_tp(-1) {}
+          nk((rowbytes_ + KB - 1) / KB), P(P_), Q(Q_), first(first_), items((int)(end - first_) * nk), next(0),
+          next_kc(0), next_st(0), next_k(first_), run(-1), held(0), last_tp(-1) {}
 
-    __device__ __forceinline__ void operator()(i64 item) {
-        const int st = (int)(item % NSTAGES);
-        if (item < items) {
-            const i64 k = first + item / nk;
-            const int kc = (int)(item % nk), k0 = kc * KB, vecs = min(KB, rowbytes - k0) >> 4;
-            const i64 tp = P[k];
+    __device__ __forceinline__ void stage_next() {
+        if (next < items) {
+            const int k0 = next_kc * KB, vecs = min(KB, rowbytes - k0) >> 4;
+            const i64 tp = P[next_k];
             if (nk > 1 || tp != last_tp) {
                 run = run + 1 == NSTAGES ? 0 : run + 1;
                 stage_rows<M>(aslots + run * M::SLOT, X + tp * TILE * (i64)rowbytes + k0, rowbytes, vecs);
                 last_tp = tp;
             }
-            stage_rows<M>(bslots + st * M::SLOT, Y + Q[k] * TILE * (i64)rowbytes + k0, rowbytes, vecs);
-            held = (held & ~(3u << (2 * st))) | ((unsigned)run << (2 * st));
+            stage_rows<M>(bslots + next_st * M::SLOT, Y + Q[next_k] * TILE * (i64)rowbytes + k0, rowbytes, vecs);
+            held = (held & ~(3u << (2 * next_st))) | ((unsigned)run << (2 * next_st));
         }
         cp_async_commit();
+        ++next;
+        if (++next_kc == nk) { next_kc = 0; ++next_k; }
+        if (++next_st == NSTAGES) next_st = 0;
     }
-    __device__ __forceinline__ const unsigned char* a(i64 item) const {
-        return aslots + ((held >> (2 * (int)(item % NSTAGES))) & 3u) * M::SLOT;
-    }
-    __device__ __forceinline__ const unsigned char* b(i64 item) const { return bslots + (item % NSTAGES) * M::SLOT; }
-    __device__ __forceinline__ int width(i64 item) const { return min(KB, rowbytes - (int)(item % nk) * KB); }
+    // the A and B rows of the item staged in stage st
+    __device__ __forceinline__ const unsigned char* a(int st) const { return aslots + ((held >> (2 * st)) & 3u) * M::SLOT; }
+    __device__ __forceinline__ const unsigned char* b(int st) const { return bslots + st * M::SLOT; }
 };
 
 // The tile products of pairs first .. end - 1 of (P, Q), one after another, each handed to visit(k, acc):
@@ -280,19 +293,25 @@ __device__ __forceinline__ void tile_products(const unsigned char* __restrict__ 
                                               int rowbytes, const i64* __restrict__ P, const i64* __restrict__ Q,
                                               i64 first, i64 end, Visit& visit) {
     extern __shared__ __align__(16) unsigned char stages[];
+    if (end <= first) return;
     Stager<M> stage(M::base(stages), X, Y, rowbytes, P, Q, first, end);
-    if (stage.items <= 0) return;
     Acc acc[64];
 #pragma unroll
-    for (int s = 0; s < NSTAGES - 1; ++s) stage(s);
-    for (i64 it = 0; it < stage.items; ++it) {
+    for (int s = 0; s < NSTAGES - 1; ++s) stage.stage_next();
+    int st = 0, kc = 0;  // item it's stage and chunk
+    i64 pair = first;    // and pair
+    for (int it = 0; it < stage.items; ++it) {
         cp_async_wait<NSTAGES - 2>();
         M::landed();
         __syncthreads();  // item it staged for every thread; every warp done with item it - 1's stage
-        stage(it + NSTAGES - 1);
-        const int kc = (int)(it % stage.nk);
-        M::product(stage.a(it), stage.b(it), stage.width(it), kc == 0, acc);
-        if (kc == stage.nk - 1) visit(first + it / stage.nk, acc);
+        stage.stage_next();
+        const bool last = kc == stage.nk - 1;
+        M::product(stage.a(st), stage.b(st), min(KB, rowbytes - kc * KB), kc == 0, acc);
+        if (last) visit.prefetch(pair);  // while the products are formed
+        M::settle(acc);
+        if (last) visit(pair, acc);
+        if (++st == NSTAGES) st = 0;
+        if (++kc == stage.nk) { kc = 0; ++pair; }
     }
     cp_async_wait<0>();
 }
@@ -327,42 +346,54 @@ struct Filter {
     int2* __restrict__ cand;
     int* __restrict__ cand_pair;
 
+    // the pair's tile numbers and thresholds, loaded while its products are formed (tile_products)
+    i64 tp, tq;
+    Acc yb[M::C], x[M::R];
+
+    __device__ __forceinline__ void prefetch(i64 pair) {
+        tp = P[pair];
+        tq = Q[pair];
+        const int lane = threadIdx.x & 31;
+        const Acc* const xr = tx + tp * TILE + M::row0() + (lane >> 2);  // row r's threshold at xr[row_off(r)]
+        const Acc* const yc = ty + tq * TILE + M::col0() + 2 * (lane & 3);  // column c's at yc[col_off(c)]
+#pragma unroll
+        for (int c = 0; c < M::C; ++c) yb[c] = yc[col_off(c)];
+#pragma unroll
+        for (int r = 0; r < M::R; ++r) x[r] = xr[row_off(r)];
+    }
+
     __device__ __forceinline__ void operator()(i64 pair, Acc* acc) {
-    typedef typename Two<Acc>::type Acc2;
-    const i64 tp = P[pair], tq = Q[pair];
     const int lane = threadIdx.x & 31;
     const int r0 = M::row0() + (lane >> 2), c0 = M::col0() + 2 * (lane & 3);  // tile row, column of (0, 0)
-    const Acc* const xr = tx + tp * TILE + r0;  // row r's threshold at xr[row_off(r)]
-    const Acc* const yc = ty + tq * TILE + c0;  // column c's at yc[col_off(c)]
-    Acc yb[M::C];
-#pragma unroll
-    for (int c = 0; c < M::C; ++c) yb[c] = yc[col_off(c)];
-    bool any = false;
+    unsigned hit = 0;  // bit r: row r has a product that passes
 #pragma unroll
     for (int r = 0; r < M::R; ++r) {
         Acc top = over(acc[acc_at<M>(r, 0)], yb[0]);
 #pragma unroll
         for (int c = 1; c < M::C; ++c) top = larger(top, over(acc[acc_at<M>(r, c)], yb[c]));
-        any |= top >= xr[row_off(r)];
+        hit |= (unsigned)(top >= x[r]) << r;
     }
-    if (!__any_sync(0xffffffffu, any)) return;
-    const bool diagonal = selfjoin && tp == tq;
+    if (!__any_sync(0xffffffffu, hit != 0)) return;
     unsigned long long keep = 0ULL;  // bit r C + c: product (r, c) is a candidate
-    Acc x[M::R];
+    // only the rows that passed are tested product by product, the column thresholds read again two at a time
+    // (held through the test above they left too few registers: spills)
+    const Acc* const yc = ty + tq * TILE + c0;
 #pragma unroll
-    for (int r = 0; r < M::R; ++r) x[r] = xr[row_off(r)];
+    for (int r = 0; r < M::R; ++r)
+        if ((hit >> r) & 1u) {
 #pragma unroll
-    for (int p = 0; p < M::C / 2; ++p) {
-        const Acc2 y = *reinterpret_cast<const Acc2*>(yc + 8 * p);
-        const int cl = c0 + 8 * p;
-#pragma unroll
-        for (int r = 0; r < M::R; ++r) {
-            const int rl = r0 + row_off(r);
-            if (over(acc[acc_at<M>(r, 2 * p)], y.x) >= x[r] && !(diagonal && cl <= rl))
-                keep |= 1ULL << (r * M::C + 2 * p);
-            if (over(acc[acc_at<M>(r, 2 * p + 1)], y.y) >= x[r] && !(diagonal && cl + 1 <= rl))
-                keep |= 1ULL << (r * M::C + 2 * p + 1);
+            for (int p = 0; p < M::C / 2; ++p) {
+                const typename Two<Acc>::type y = *reinterpret_cast<const typename Two<Acc>::type*>(yc + 8 * p);
+                if (over(acc[acc_at<M>(r, 2 * p)], y.x) >= x[r]) keep |= 1ULL << (r * M::C + 2 * p);
+                if (over(acc[acc_at<M>(r, 2 * p + 1)], y.y) >= x[r]) keep |= 1ULL << (r * M::C + 2 * p + 1);
+            }
         }
+    if (selfjoin && tp == tq) {  // a tile with itself: each pair once, column above row
+#pragma unroll
+        for (int r = 0; r < M::R; ++r)
+#pragma unroll
+            for (int c = 0; c < M::C; ++c)
+                if (c0 + col_off(c) <= r0 + row_off(r)) keep &= ~(1ULL << (r * M::C + c));
     }
     // one atomicAdd per warp for the warp's candidates, each lane writing its own after the lanes before it
     const int mine = __popcll(keep);
@@ -462,6 +493,7 @@ extern "C" __global__ void brute_tc_exact_f32(DECIDE_ARGS(float)) { decide<float
 template <typename M, typename Acc>
 struct ProductsOut {
     double* out;
+    __device__ __forceinline__ void prefetch(i64) {}
     __device__ __forceinline__ void operator()(i64 pair, Acc* acc) {
         const int lane = threadIdx.x & 31;
         const int r0 = M::row0() + (lane >> 2), c0 = M::col0() + 2 * (lane & 3);
