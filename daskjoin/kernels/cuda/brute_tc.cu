@@ -253,6 +253,7 @@ struct Stager {
     int items;                // (end - first) * nk
     int next, next_kc, next_st;  // the item to stage next, its chunk and stage
     i64 next_k;               // its pair
+    i64 np, nq;     // the tiles of pair next_k, loaded a call ahead (their latency off the staging's path)
     int run;        // A runs staged so far, less one, modulo NSTAGES: the slot of the last
     unsigned held;  // 2 bits a stage: the A slot of the item staged there
     i64 last_tp;
@@ -261,24 +262,26 @@ struct Stager {
                                       int rowbytes_, const i64* P_, const i64* Q_, i64 first_, i64 end)
         : aslots(base), bslots(base + NSTAGES * M::SLOT), X(X_), Y(Y_), rowbytes(rowbytes_),
           nk((rowbytes_ + KB - 1) / KB), P(P_), Q(Q_), first(first_), items((int)(end - first_) * nk), next(0),
-          next_kc(0), next_st(0), next_k(first_), run(-1), held(0), last_tp(-1) {}
+          next_kc(0), next_st(0), next_k(first_), np(P_[first_]), nq(Q_[first_]), run(-1), held(0), last_tp(-1) {}
 
     __device__ __forceinline__ void stage_next() {
         if (next < items) {
             const int k0 = next_kc * KB, vecs = min(KB, rowbytes - k0) >> 4;
-            const i64 tp = P[next_k];
-            if (nk > 1 || tp != last_tp) {
+            if (nk > 1 || np != last_tp) {
                 run = run + 1 == NSTAGES ? 0 : run + 1;
-                stage_rows<M>(aslots + run * M::SLOT, X + tp * TILE * (i64)rowbytes + k0, rowbytes, vecs);
-                last_tp = tp;
+                stage_rows<M>(aslots + run * M::SLOT, X + np * TILE * (i64)rowbytes + k0, rowbytes, vecs);
+                last_tp = np;
             }
-            stage_rows<M>(bslots + next_st * M::SLOT, Y + Q[next_k] * TILE * (i64)rowbytes + k0, rowbytes, vecs);
+            stage_rows<M>(bslots + next_st * M::SLOT, Y + nq * TILE * (i64)rowbytes + k0, rowbytes, vecs);
             held = (held & ~(3u << (2 * next_st))) | ((unsigned)run << (2 * next_st));
         }
         cp_async_commit();
         ++next;
-        if (++next_kc == nk) { next_kc = 0; ++next_k; }
         if (++next_st == NSTAGES) next_st = 0;
+        if (++next_kc == nk) {
+            next_kc = 0;
+            if (next < items) { ++next_k; np = P[next_k]; nq = Q[next_k]; }
+        }
     }
     // the A and B rows of the item staged in stage st
     __device__ __forceinline__ const unsigned char* a(int st) const { return aslots + ((held >> (2 * st)) & 3u) * M::SLOT; }
@@ -368,10 +371,13 @@ struct Filter {
     unsigned hit = 0;  // bit r: row r has a product that passes
 #pragma unroll
     for (int r = 0; r < M::R; ++r) {
-        Acc top = over(acc[acc_at<M>(r, 0)], yb[0]);
+        // four independent running maxima a row: one chain of C dependent instructions left the warps waiting
+        Acc top[4];
 #pragma unroll
-        for (int c = 1; c < M::C; ++c) top = larger(top, over(acc[acc_at<M>(r, c)], yb[c]));
-        hit |= (unsigned)(top >= x[r]) << r;
+        for (int c = 0; c < 4; ++c) top[c] = over(acc[acc_at<M>(r, c)], yb[c]);
+#pragma unroll
+        for (int c = 4; c < M::C; ++c) top[c & 3] = larger(top[c & 3], over(acc[acc_at<M>(r, c)], yb[c]));
+        hit |= (unsigned)(larger(larger(top[0], top[1]), larger(top[2], top[3])) >= x[r]) << r;
     }
     if (!__any_sync(0xffffffffu, hit != 0)) return;
     unsigned long long keep = 0ULL;  // bit r C + c: product (r, c) is a candidate
