@@ -86,6 +86,7 @@ __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], unsigned a) {  // a: a 
 
 struct MmaSync {
     static constexpr int R = 4, C = 16, SLOT = TILE * LDS;
+    static constexpr bool PAIRED = false;  // the filter's column thresholds loaded one at a time (paired: spills)
     __device__ static int row0() { return ((threadIdx.x >> 5) >> 1) * 32; }
     __device__ static int col0() { return ((threadIdx.x >> 5) & 1) * 64; }
     __device__ static unsigned char* base(unsigned char* stages) { return stages; }
@@ -175,6 +176,7 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned addr) {
 
 struct Wgmma {
     static constexpr int R = 2, C = 32, SLOT = TILE * 128;
+    static constexpr bool PAIRED = true;  // two at a time
     __device__ static int row0() { const int w = threadIdx.x >> 5; return (w >> 2) * 64 + (w & 3) * 16; }
     __device__ static int col0() { return 0; }
     __device__ static unsigned char* base(unsigned char* stages) {  // the swizzle repeats every 1,024 bytes
@@ -193,14 +195,16 @@ struct Wgmma {
     // uniform 1M x 128 int8, H200 (session 24).
     template <typename Acc>
     __device__ static void product(const unsigned char* sA, const unsigned char* sB, int w, bool fresh, Acc* acc) {
-        const unsigned a = (unsigned)__cvta_generic_to_shared(sA) + (threadIdx.x >> 7) * 64 * 128;
-        const unsigned b = (unsigned)__cvta_generic_to_shared(sB);
+        // the k-step's 32 bytes advance the descriptors' address field (bits 0-13, in units of 16 bytes) by 2: no
+        // carry, shared addresses being below 2^18
+        const unsigned long long da = wg_desc((unsigned)__cvta_generic_to_shared(sA) + (threadIdx.x >> 7) * 64 * 128);
+        const unsigned long long db = wg_desc((unsigned)__cvta_generic_to_shared(sB));
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
         // unrolled to KB with the width as a guard (in a pipelined form, a loop over a run-time count of steps had
         // made ptxas serialise every wgmma: message C7514; an unguarded copy for whole chunks injected more fences)
 #pragma unroll
         for (int kk = 0; kk < KB; kk += 32)
-            if (kk < w) wgmma_tile(acc, wg_desc(a + kk), wg_desc(b + kk), !(fresh && kk == 0));
+            if (kk < w) wgmma_tile(acc, da + (kk >> 4), db + (kk >> 4), !(fresh && kk == 0));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     }
     // the products issued by `product` awaited: the caller's loads in between (the visit's thresholds) overlap them
@@ -359,8 +363,17 @@ struct Filter {
         const int lane = threadIdx.x & 31;
         const Acc* const xr = tx + tp * TILE + M::row0() + (lane >> 2);  // row r's threshold at xr[row_off(r)]
         const Acc* const yc = ty + tq * TILE + M::col0() + 2 * (lane & 3);  // column c's at yc[col_off(c)]
+        if constexpr (M::PAIRED) {
 #pragma unroll
-        for (int c = 0; c < M::C; ++c) yb[c] = yc[col_off(c)];
+            for (int p = 0; p < M::C / 2; ++p) {  // columns 2p, 2p + 1 are adjacent: one 8-byte load (ty is aligned)
+                const typename Two<Acc>::type y = *reinterpret_cast<const typename Two<Acc>::type*>(yc + col_off(2 * p));
+                yb[2 * p] = y.x;
+                yb[2 * p + 1] = y.y;
+            }
+        } else {
+#pragma unroll
+            for (int c = 0; c < M::C; ++c) yb[c] = yc[col_off(c)];
+        }
 #pragma unroll
         for (int r = 0; r < M::R; ++r) x[r] = xr[row_off(r)];
     }
