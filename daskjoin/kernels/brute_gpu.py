@@ -141,9 +141,10 @@ def _fp16_exact_on(device: int, mma: str) -> bool:
 #: dynamic shared memory of a tensor-core tile kernel: three stages of two 128-row tiles of 144-byte rows
 #: (cuda/brute_tc.cu: TC_SMEM = NSTAGES * 2 * TILE * LDS; a test ties them)
 TC_SMEM_BYTES = 3 * 2 * 128 * 144
-#: the same for the wgmma kernels: three A slots and three B stages of 128 rows of 128 bytes, 1 KiB for alignment
+#: the same for the wgmma kernels: three A slots and three B stages of 128 rows of 128 bytes, 1 KiB for alignment,
+#: and each of the 8 warps' 128 gathered candidates of 12 bytes
 #: (cuda/brute_tc.cu: WG_SMEM)
-TC_WG_SMEM_BYTES = 2 * 3 * 128 * 128 + 1024
+TC_WG_SMEM_BYTES = 2 * 3 * 128 * 128 + 1024 + 8 * 128 * 12
 #: tile pairs filtered one after another by one block (cuda/brute_tc.cu: PAIRS_PER_BLOCK)
 TC_PAIRS_PER_BLOCK = 16
 

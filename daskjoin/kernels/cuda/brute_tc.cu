@@ -37,9 +37,13 @@ typedef unsigned int u32;
 // dynamic shared memory of a mma.sync tile-product kernel (brute_gpu.TC_SMEM_BYTES mirrors it): 108 KiB, two
 // blocks an SM
 #define TC_SMEM (NSTAGES * STAGE_BYTES)
-// dynamic shared memory of the wgmma kernels (brute_gpu.TC_WG_SMEM_BYTES mirrors it): NSTAGES A slots and B stages
-// of 16 KiB, and 1 KiB to align them to the swizzle's 1,024-byte period; two blocks an SM
-#define WG_SMEM (2 * NSTAGES * TILE * 128 + 1024)
+// the wgmma kernels' stages: NSTAGES A slots and B stages of 16 KiB, and 1 KiB to align them to the swizzle's
+// 1,024-byte period
+#define WG_STAGES (2 * NSTAGES * TILE * 128 + 1024)
+// candidates each warp of a wgmma filter gathers in shared memory (12 bytes each) before it appends them to the list
+#define WARP_LIST 128
+// dynamic shared memory of the wgmma kernels (brute_gpu.TC_WG_SMEM_BYTES mirrors it): two blocks an SM
+#define WG_SMEM (WG_STAGES + (THREADS / 32) * WARP_LIST * 12)
 // tile pairs per block of the filter (brute_gpu.TC_PAIRS_PER_BLOCK mirrors it)
 #define PAIRS_PER_BLOCK 16
 
@@ -87,6 +91,7 @@ __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], unsigned a) {  // a: a 
 struct MmaSync {
     static constexpr int R = 4, C = 16, SLOT = TILE * LDS;
     static constexpr bool PAIRED = false;  // the filter's column thresholds loaded one at a time (paired: spills)
+    static constexpr bool GATHERED = false;  // candidates appended at once (no shared memory left for WARP_LIST)
     __device__ static int row0() { return ((threadIdx.x >> 5) >> 1) * 32; }
     __device__ static int col0() { return ((threadIdx.x >> 5) & 1) * 64; }
     __device__ static unsigned char* base(unsigned char* stages) { return stages; }
@@ -177,6 +182,7 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned addr) {
 struct Wgmma {
     static constexpr int R = 2, C = 32, SLOT = TILE * 128;
     static constexpr bool PAIRED = true;  // two at a time
+    static constexpr bool GATHERED = true;  // gathered by each warp first (WARP_LIST)
     __device__ static int row0() { const int w = threadIdx.x >> 5; return (w >> 2) * 64 + (w & 3) * 16; }
     __device__ static int col0() { return 0; }
     __device__ static unsigned char* base(unsigned char* stages) {  // the swizzle repeats every 1,024 bytes
@@ -355,6 +361,25 @@ struct Filter {
 
     // the pair's tile numbers and thresholds, loaded while its products are formed (tile_products)
     i64 tp, tq;
+    // M::GATHERED: the warp's gathered candidates (WARP_LIST at most: rows and columns, tile pairs) and their count
+    int2* gathered;
+    int* gathered_pair;
+    int held = 0;
+
+    // the warp's gathered candidates appended to the list (one atomic): called by every lane of the warp
+    __device__ __forceinline__ void flush() {
+        const int lane = threadIdx.x & 31;
+        unsigned long long base = 0ULL;
+        if (lane == 0 && held) base = atomicAdd(cand_counter, (unsigned long long)held);
+        base = __shfl_sync(0xffffffffu, base, 0);
+        for (int k = lane; k < held; k += 32)
+            if ((i64)(base + k) < capacity) {
+                cand[base + k] = gathered[k];
+                if (cand_pair) cand_pair[base + k] = gathered_pair[k];
+            }
+        __syncwarp();
+        held = 0;
+    }
     Acc yb[M::C], x[M::R];
 
     __device__ __forceinline__ void prefetch(i64 pair) {
@@ -414,7 +439,9 @@ struct Filter {
             for (int c = 0; c < M::C; ++c)
                 if (c0 + col_off(c) <= r0 + row_off(r)) keep &= ~(1ULL << (r * M::C + c));
     }
-    // one atomicAdd per warp for the warp's candidates, each lane writing its own after the lanes before it
+    // each lane writes its own candidates after the lanes before it: to the warp's gathered list where they fit
+    // (an atomic on the list's one counter for every warp that found any had each wait for it), else to the list
+    // with one atomicAdd for the warp
     const int mine = __popcll(keep);
     int before = mine;
 #pragma unroll
@@ -424,6 +451,21 @@ struct Filter {
     }
     const int total = __shfl_sync(0xffffffffu, before, 31);
     before -= mine;
+    if constexpr (M::GATHERED) {
+        if (total <= WARP_LIST) {
+            if (held + total > WARP_LIST) flush();
+            for (int k = held + before; keep; ++k) {
+                const int bit = __ffsll((long long)keep) - 1;
+                keep &= keep - 1;
+                const int r = bit / M::C, c = bit % M::C;
+                gathered[k] = make_int2((int)(tp * TILE + r0 + row_off(r)), (int)(tq * TILE + c0 + col_off(c)));
+                if (cand_pair) gathered_pair[k] = pair_base + (int)pair;
+            }
+            held += total;
+            __syncwarp();
+            return;
+        }
+    }
     unsigned long long base = 0ULL;
     if (lane == 0 && total) base = atomicAdd(cand_counter, (unsigned long long)total);
     base = __shfl_sync(0xffffffffu, base, 0) + before;
@@ -449,9 +491,16 @@ struct Filter {
 // Each block filters PAIRS_PER_BLOCK consecutive tile pairs of the list.
 template <typename M, typename Acc>
 __device__ __forceinline__ void filter_range(FILTER_ARGS(Acc)) {
+    extern __shared__ __align__(16) unsigned char stages[];
     Filter<M, Acc> visit{P, Q, tx, ty, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair};
+    if constexpr (M::GATHERED) {  // after the stages: each warp's rows and columns, then each warp's tile pairs
+        const int warp = threadIdx.x >> 5;
+        visit.gathered = reinterpret_cast<int2*>(stages + WG_STAGES) + warp * WARP_LIST;
+        visit.gathered_pair = reinterpret_cast<int*>(stages + WG_STAGES + (THREADS / 32) * WARP_LIST * 8) + warp * WARP_LIST;
+    }
     const i64 first = blockIdx.x * (i64)PAIRS_PER_BLOCK;
     tile_products<M, Acc>(X, Y, rowbytes, P, Q, first, min(first + (i64)PAIRS_PER_BLOCK, npairs), visit);
+    if constexpr (M::GATHERED) visit.flush();
 }
 #define FILTER_PASS X, Y, rowbytes, P, Q, npairs, tx, ty, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair
 
