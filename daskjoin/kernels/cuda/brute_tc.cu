@@ -44,8 +44,9 @@ typedef unsigned int u32;
 #define WARP_LIST 128
 // dynamic shared memory of the wgmma kernels (brute_gpu.TC_WG_SMEM_BYTES mirrors it): two blocks an SM
 #define WG_SMEM (WG_STAGES + (THREADS / 32) * WARP_LIST * 12)
-// tile pairs per block of the filter (brute_gpu.TC_PAIRS_PER_BLOCK mirrors it)
-#define PAIRS_PER_BLOCK 16
+// tile pairs per block of the filter (brute_gpu.TC_PAIRS_PER_BLOCK mirrors it); 32 against 16: uniform 1M x 128 int8
+// counted in 0.278 s against 0.296 s (H200, session 25)
+#define PAIRS_PER_BLOCK 32
 
 template <typename T> struct Two;
 template <> struct Two<int> { typedef int2 type; };
