@@ -45,23 +45,56 @@ def test_the_nested_loops_arrays_on_every_case(case, mode):
     assert gemm.count() == len(want[0])
 
 
+def clustered(mode, n=700, m=500, seed=5):
+    rng = np.random.default_rng(seed)
+    centres = rng.random((8, 12))
+    a = centres[rng.integers(0, 8, n)] + rng.normal(0, 0.03, (n, 12))
+    b = None if mode == "self" else centres[rng.integers(0, 8, m)] + rng.normal(0, 0.03, (m, 12))
+    return a, b
+
+
 @pytest.mark.parametrize("mode", ["self", "cross"])
 @pytest.mark.parametrize("max_pairs", [1, 7, 1000])
-def test_batches_across_tile_edges(mode, max_pairs, monkeypatch):
-    """Tiles of 64 x 96 rows over 700 x 500 rows (edges inside the diagonal, short last tiles), row ranges of
-    bounded batches cutting through tiles: the nested loop's batches."""
+@pytest.mark.parametrize("gather", [brute_gemm.GATHER_PAIRS, 5])
+def test_batches_across_tile_edges(mode, max_pairs, gather, monkeypatch):
+    """Tiles of 64 x 96 rows over 700 x 500 rows (edges inside the diagonal, short last tiles), batches cutting
+    through blocks, and blocks whose pairs outgrow their buffer (``gather`` 5: filled again at counted cursors):
+    bounded batches whose pairs, in order, are the nested loop's arrays."""
     monkeypatch.setattr(brute_gemm, "A_TILE", 64)
     monkeypatch.setattr(brute_gemm, "B_TILE", 96)
-    rng = np.random.default_rng(5)
-    centres = rng.random((8, 12))
-    a = centres[rng.integers(0, 8, 700)] + rng.normal(0, 0.03, (700, 12))
-    b = None if mode == "self" else centres[rng.integers(0, 8, 500)] + rng.normal(0, 0.03, (500, 12))
+    monkeypatch.setattr(brute_gemm, "GATHER_PAIRS", gather)
+    a, b = clustered(mode)
     gemm, nested = both(a, b, 0.12)
-    got, want = list(gemm.batches(max_pairs)), list(nested.batches(max_pairs))
-    assert len(got) == len(want) > 3
-    for g, w in zip(got, want):
-        assert_same_arrays(g, w)
+    for with_distance in (True, False):
+        got = list(gemm.batches(max_pairs, with_distance))
+        assert len(got) > 3 and all(0 < len(g[0]) <= max_pairs for g in got)
+        assert all((g[2] is None) != with_distance for g in got)
+        joined = tuple(None if g[0] is None else np.concatenate(g) for g in zip(*got))
+        assert_same_arrays(joined, nested.pairs(with_distance))
     assert gemm.count() == nested.count()
+
+
+@pytest.mark.parametrize("mode", ["self", "cross"])
+@pytest.mark.parametrize("gather", [brute_gemm.GATHER_PAIRS, 5])
+def test_pairs_in_one_pass_over_the_products(mode, gather, monkeypatch):
+    """``pairs()`` forms each block's products once (the count pass before the fill pass formed them twice), except
+    where a block's pairs outgrow its buffer; the counts and the work report come from the same pass."""
+    monkeypatch.setattr(brute_gemm, "A_TILE", 64)
+    monkeypatch.setattr(brute_gemm, "GATHER_PAIRS", gather)
+    a, b = clustered(mode)
+    gemm, nested = both(a, b, 0.12)
+    calls = []
+    block = GemmBruteJoin._block
+    monkeypatch.setattr(GemmBruteJoin, "_block", lambda self, r0, *rest: calls.append(r0) or block(self, r0, *rest))
+    assert_same_arrays(gemm.pairs(), nested.pairs())
+    blocks = -(-len(a) // 64)
+    if gather == 5:
+        assert len(calls) > blocks  # blocks filled again
+    else:
+        assert sorted(calls) == list(range(0, len(a), 64))
+    before = len(calls)
+    assert np.array_equal(gemm.counts(), nested.counts()) and len(calls) == before  # no further pass
+    assert gemm.work().sum() == gemm.decided >= nested.count()
 
 
 def test_the_products_rule_out_almost_every_pair():
