@@ -155,3 +155,15 @@ def test_the_registry_runs_it_for_brute_and_the_nested_loop_for_nlj():
     assert type(brute.driver(x, None, 0.6)) is GemmBruteJoin and type(nlj.driver(x, None, 0.6)) is BruteJoin
     assert_same_arrays(brute.self_join(x, 0.6), nlj.self_join(x, 0.6))
     assert_same_arrays(get_kernel("brute", "cpu", filter="none").self_join(x, 0.6), nlj.self_join(x, 0.6))
+
+
+def test_the_error_bound_refuses_dimensions_where_it_would_not_hold():
+    """gamma_{d+4} = m u / (1 - m u) needs m u < 1: the constants grow with d, and past 2^23 dimensions they are
+    refused rather than computed vacuous (or negative)."""
+    from daskjoin.kernels.exact import error_constants
+
+    c1, c2 = error_constants(128)
+    assert c1 == 2.0 ** -23 and 0 < c2 < error_constants(4096)[1]
+    error_constants(2 ** 23 - 5)
+    with pytest.raises(ValueError, match="2\\*\\*23"):
+        error_constants(2 ** 23 - 4)

@@ -26,6 +26,8 @@ def error_constants(d: int) -> tuple[float, float]:
     the bounds u/(1-u) on a coordinate's rounding and gamma_{d+4} on the error of
     |x~|^2 + |y~|^2 - 2 x~.y~ in float32, relative to (|x~| + |y~|)^2."""
     m = d + 4
+    if m * U32 >= 0.5:  # gamma_m needs m u < 1; past 2^23 dimensions the bound would be vacuous or negative
+        raise ValueError(f"the float32 filters' error bound holds below 2**23 - 4 dimensions, got d={d}")
     gamma = m * U32 / (1.0 - m * U32)
     return 2.0 * U32, 2.0 * gamma
 
