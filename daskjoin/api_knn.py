@@ -1,17 +1,19 @@
 """The kNN-join's entry points: validate -> plan -> execute (the same path as the ε-join's)."""
 from __future__ import annotations
 
+import dataclasses
+
 from .api import _open_inputs, check_output, device_limit, protected_paths, write_join
 from .execution import graph
 from .execution.cluster import ClusterRunner
 from .execution.resources import auto_budget, choose_backend, cluster_threads, worker_info
 from .kinds.knn import KnnJob
-from .options import KNN_OUTPUT, check_options, resolve
-from .planning.knn import KnnPlan, make_knn_plan
+from .options import KNN_OUTPUT, check_gpu_options, check_options, resolve
+from .planning.knn import KnnPlan, choose_knn_method, make_knn_plan
 from .run_record import join_record
 
 
-def _plan(checked, *, k: int, method: str, backend: str, client) -> KnnPlan:
+def _plan(checked, *, k: int, method: str, backend: str, client, gpu_options=None) -> KnnPlan:
     _, src_a, src_b, budget = checked
     workers = worker_info(client) if budget == "auto" or backend != "cpu" else None
     if budget == "auto":
@@ -21,8 +23,15 @@ def _plan(checked, *, k: int, method: str, backend: str, client) -> KnnPlan:
     # task per thread
     in_process = getattr(client, "scheduler", None) is None
     parallelism = 1 if in_process else cluster_threads(client, workers)
-    return make_knn_plan(src_a, src_b, k, method=method, backend=resolved, memory_budget=budget,
+    options = ()
+    if gpu_options:  # the method follows from d and the backend: its options checked before any data pass
+        chosen, _ = choose_knn_method(method, src_a.d, on_gpus or resolved == "gpu")
+        label = "gpu_options" if method == chosen else \
+            f"gpu_options (--option; method 'auto' chose {chosen!r} for {src_a.d}-d rows)"
+        options = tuple(sorted(check_gpu_options("knn", chosen, gpu_options, label).items()))
+    plan = make_knn_plan(src_a, src_b, k, method=method, backend=resolved, memory_budget=budget,
                          runner=ClusterRunner(client), parallelism=parallelism, gpus=on_gpus)
+    return dataclasses.replace(plan, gpu_options=options) if options else plan
 
 
 def _checked(a, b, opts):
@@ -30,7 +39,8 @@ def _checked(a, b, opts):
     return _open_inputs(a, b, {**opts, "eps": None})
 
 
-def plan_knn(a, b=None, *, k, method: str = "auto", backend: str = "auto", memory_budget=None, client=None) -> KnnPlan:
+def plan_knn(a, b=None, *, k, method: str = "auto", backend: str = "auto", memory_budget=None, client=None,
+             gpu_options: dict | None = None) -> KnnPlan:
     """Plan a kNN-join without running it (one cached statistics pass per input).
 
     Returns a frozen :class:`~daskjoin.planning.knn.KnnPlan`; ``print(plan.explain())`` tells what will
@@ -44,13 +54,15 @@ def plan_knn(a, b=None, *, k, method: str = "auto", backend: str = "auto", memor
     ('grid', 1)
     """
     opts = check_options("knn", k=k, method=method, backend=backend, memory_budget=memory_budget, client=client,
-                         stacklevel=2)
+                         gpu_options=gpu_options, stacklevel=2)
     checked = _checked(a, b, opts)
-    return _plan(checked, k=opts["k"], method=opts["method"], backend=opts["backend"], client=resolve(client))
+    return _plan(checked, k=opts["k"], method=opts["method"], backend=opts["backend"], client=resolve(client),
+                 gpu_options=opts["gpu_options"])
 
 
 def knn_join(a, b=None, *, k, method: str = "auto", backend: str = "auto", output: str = "pairs", client=None,
-             out=None, overwrite: bool = False, memory_budget=None, progress: bool = False, resume: bool = False):
+             out=None, overwrite: bool = False, memory_budget=None, progress: bool = False, resume: bool = False,
+             gpu_options: dict | None = None):
     """Exact k-nearest-neighbour join: for every row ``i`` of ``a``, its ``k`` nearest rows ``j`` of ``b``.
 
     With ``b=None`` a self-join: the k nearest other rows of ``a`` (a row is never its own neighbour;
@@ -77,6 +89,10 @@ def knn_join(a, b=None, *, k, method: str = "auto", backend: str = "auto", outpu
         The rows; a kNN-join has exactly ``len(a) * k`` of them.
     client, out, overwrite, memory_budget, progress, resume
         As for :func:`similarity_join`.
+    gpu_options : dict, optional
+        For ``brute`` on GPUs: ``filter`` ("auto", "fp32", "int8", "fp16"): the products that filter the
+        candidates (the tensor cores on an integer grid, or float32 GEMM; every filter gives the same
+        rows, see docs/knn.md).  Not taken on the CPU.
 
     Returns
     -------
@@ -94,13 +110,14 @@ def knn_join(a, b=None, *, k, method: str = "auto", backend: str = "auto", outpu
     """
     opts = check_options("knn", k=k, method=method, backend=backend, out=out, overwrite=overwrite,
                          progress=progress, memory_budget=memory_budget, client=client, resume=resume,
-                         stacklevel=2)
+                         gpu_options=gpu_options, stacklevel=2)
     KNN_OUTPUT(output, "output", "knn", opts)  # "pairs" only: a kNN-join's count is len(a) * k
     checked = _checked(a, b, opts)
     if out is not None:
         out = check_output(out, opts["overwrite"], protected_paths(checked[1], checked[2]), opts["resume"])
     client = resolve(client)
-    plan_options = dict(k=opts["k"], method=opts["method"], backend=opts["backend"], client=client)
+    plan_options = dict(k=opts["k"], method=opts["method"], backend=opts["backend"], client=client,
+                        gpu_options=opts["gpu_options"])
     if out is None:
         plan = _plan(checked, **plan_options)
         job = KnnJob.from_plan(plan, device_limit(checked[-1], plan))

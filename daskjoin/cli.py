@@ -309,8 +309,6 @@ def _plan(args) -> int:
     if args.knn is not None:
         from .cli_knn import plan_knn_command
 
-        if args.options:
-            raise InputError("--option is an option of the ε-join's methods; a kNN-join (--knn) takes none")
         if args.count:
             raise InputError("--count plans an ε-join's count; a kNN-join (--knn) has no count")
 

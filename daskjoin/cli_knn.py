@@ -3,7 +3,8 @@ from __future__ import annotations
 
 EXAMPLES = {
     "knn": "daskjoin knn points.zarr --k 16 --out knn.parquet\n"
-           "  daskjoin knn queries.zarr points.zarr --k 100 --out knn.parquet --method brute",
+           "  daskjoin knn queries.zarr points.zarr --k 100 --out knn.parquet --method brute\n"
+           "  daskjoin knn emb.zarr --k 10 --out knn.parquet --method brute --option filter=int8",
 }
 
 
@@ -15,6 +16,9 @@ def add_commands(sub, command) -> None:
     p.add_argument("b", nargs="?", help="Zarr array of the candidates (omit for a self-join: a's other rows)")
     p.add_argument("--k", required=True, type=int, help="neighbours per row (1 up to the candidate rows)")
     p.add_argument("--method", default="auto", help="auto, grid, brute or szl (default: auto)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", dest="options",
+                   help="an option of the method, repeatable: brute filter=auto|fp32|int8|fp16 (on GPUs: the "
+                        "products that filter the candidates; docs/knn.md)")
     p.add_argument("--backend", default="auto", help="auto, cpu or gpu (default: auto)")
     p.add_argument("--memory-budget", default=None, help="memory per task, e.g. 2GB (default: auto)")
     p.add_argument("--missing-chunks", choices=("error", "fill"), default=None,
@@ -35,7 +39,11 @@ def add_commands(sub, command) -> None:
 
 
 def _common(args) -> dict:
-    return dict(k=args.k, method=args.method, backend=args.backend, memory_budget=args.memory_budget)
+    from .cli import _method_options
+
+    options = _method_options(args)
+    return dict(k=args.k, method=args.method, backend=args.backend, memory_budget=args.memory_budget,
+                **({"gpu_options": options} if options else {}))
 
 
 def _checked(args, **extra):

@@ -56,6 +56,8 @@ GPU_OPTIONS = {
         "directory": {"levels": lambda v, label: _int_in(v, label, 1, 8),
                       "fanout": lambda v, label: _int_in(v, label, 2, 63), "pca": lambda v, label: _flag(v, label)},
     },
+    # the kNN brute driver's filter (kernels/knn_gpu.KnnBruteGpu); grid and szl take none
+    "knn": {"grid": {}, "brute": {"filter": ("auto", "fp32", "int8", "fp16")}, "szl": {}},
     "sets": {method: {"verify": tuple(sorted(SET_VERIFY_KERNELS)),
                       "block": lambda v, label: _int_in(v, label, 32, 1024),
                       "chunk_candidates": lambda v, label: _int_in(v, label, 1, 1 << 62)}
@@ -76,7 +78,7 @@ def _flag(value, label: str) -> bool:
 #: kind -> method -> the keys of ``gpu_options`` that are the method's own, passed to its CPU driver as well
 METHOD_OPTIONS = {"epsilon": {"grid": ("pattern",), "szl": ("shifts", "lists"),
                               "directory": ("levels", "fanout", "pca")}}
-_GPU_EXAMPLE = {"epsilon": "{'threads_per_point': 4}", "sets": "{'verify': 'thread'}"}
+_GPU_EXAMPLE = {"epsilon": "{'threads_per_point': 4}", "sets": "{'verify': 'thread'}", "knn": "{'filter': 'int8'}"}
 
 
 # --------------------------------------------------------------------------- checkers
@@ -223,7 +225,7 @@ OPTIONS = (
            help="continue an interrupted run to out (a finished one: nothing to do)"),
     Option("progress", boolean, flag="--quiet", help="show a progress bar"),
     Option("memory_budget", budget, flag="--memory-budget", help="memory one task may use"),
-    Option("gpu_options", gpu_options, ("epsilon", "sets"), flag="--option",
+    Option("gpu_options", gpu_options, ("epsilon", "sets", "knn"), flag="--option",
            help="the method's own options and tuning of the GPU driver (keys per kind and method)"),
     Option("client", client, flag="--scheduler", help="the Dask client, a scheduler address, or None"),
 )

@@ -268,3 +268,32 @@ def test_more_dimensions_than_the_margins_cover_refused_before_any_pass(monkeypa
     with pytest.raises(InputError, match="dimensions"):
         dj.plan_knn(x, k=1, backend="cpu")
     assert not calls
+
+
+def test_gpu_options_choose_the_brute_filter_and_are_checked(tmp_path, zarr_writer):
+    """``gpu_options={"filter": ...}`` reaches the brute driver on GPUs (shown by ``explain()``); on the CPU it
+    is not taken and the rows are the oracle's either way; an option of another method, or of the method
+    ``auto`` did not choose, is refused before any data pass; the CLI spells it ``--option filter=...``."""
+    x = clumps(300, d=24)
+    plan = dj.plan_knn(x, k=4, method="brute", backend="cpu", gpu_options={"filter": "int8"})
+    assert plan.gpu_options == (("filter", "int8"),) and "gpu options:   filter='int8'" in plan.explain()
+    for options in ({"filter": "fp16"}, {"filter": "fp32"}):
+        got = dj.knn_join(x, k=4, method="brute", backend="cpu", gpu_options=options).compute()
+        same(got, oracle(x, None, 4))
+    with pytest.raises(dj.InputError, match="filter must be one of"):
+        dj.plan_knn(x, k=4, method="brute", gpu_options={"filter": "bf16"})
+    with pytest.raises(dj.InputError, match="not options of method 'grid'"):
+        dj.plan_knn(x, k=4, method="grid", gpu_options={"filter": "int8"})
+    with pytest.raises(dj.InputError, match="method 'auto' chose 'grid'"):
+        dj.plan_knn(x[:, :2], k=4, backend="cpu", gpu_options={"filter": "int8"})
+    path = zarr_writer(x, chunk_rows=64)
+    out = tmp_path / "o.parquet"
+    proc = run_cli(["knn", path, "--k", "4", "--method", "brute", "--option", "filter=fp16", "--backend", "cpu",
+                    "--out", out, "--quiet"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    same(pd.read_parquet(out), oracle(x, None, 4))
+    proc = run_cli(["plan", path, "--knn", "4", "--method", "brute", "--option", "filter=int8"], tmp_path)
+    assert proc.returncode == 0 and "filter='int8'" in proc.stdout, proc.stderr
+    proc = run_cli(["knn", path, "--k", "4", "--method", "brute", "--option", "filter=tf32", "--out", tmp_path / "bad"],
+                   tmp_path)
+    assert proc.returncode == 2 and "filter" in proc.stderr and not (tmp_path / "bad").exists(), proc.stderr

@@ -156,3 +156,28 @@ def test_knn_join_through_the_tensor_cores_in_blocks_and_partitions(cross):
     got = dj.knn_join(a, b, k=40, method="brute", backend="gpu", memory_budget="1MB").compute().reset_index(drop=True)
     want = dj.knn_join(a, b, k=40, method="brute", backend="cpu", memory_budget="1MB").compute().reset_index(drop=True)
     pd.testing.assert_frame_equal(got, want)
+
+
+@pytest.mark.parametrize("filt", ["fp32", "int8", "fp16"])
+def test_knn_join_takes_the_filter_from_gpu_options(filt, monkeypatch):
+    """``knn_join(..., gpu_options={"filter": ...})`` builds each GPU brute driver with that filter, and the rows
+    are the CPU's, byte for byte."""
+    import pandas as pd
+
+    import daskjoin as dj
+    from daskjoin.kernels import knn_gpu
+
+    seen = []
+    init = knn_gpu.KnnBruteGpu.__init__
+
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs.get("filter"))
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(knn_gpu.KnnBruteGpu, "__init__", spy)
+    rng = np.random.default_rng(3)
+    x = (rng.random((8, 32))[rng.integers(0, 8, 3000)] + rng.normal(0, 0.05, (3000, 32))).astype(np.float32)
+    got = dj.knn_join(x, k=5, method="brute", backend="gpu", gpu_options={"filter": filt}).compute()
+    want = dj.knn_join(x, k=5, method="brute", backend="cpu").compute()
+    assert seen and set(seen) == {filt}
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True))

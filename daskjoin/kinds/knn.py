@@ -35,6 +35,7 @@ class KnnJob:
     inputs_token: str = ""
     memory_budget: int = 0
     device_limit: int = 0  # as the ε-join's (JoinJob.device_limit)
+    gpu_options: tuple = ()  # (name, value) pairs for the method's GPU driver (none is taken on the CPU)
 
     label = "daskjoin-knn"
     value = KNN_VALUE
@@ -42,7 +43,7 @@ class KnnJob:
     @classmethod
     def from_plan(cls, plan: KnnPlan, device_limit: int = 0) -> "KnnJob":
         return cls(plan.a, plan.b, plan.k, plan.method, plan.backend, plan.blocks, plan.block_lo, plan.block_hi,
-                   plan.inputs_token, plan.memory_budget, int(device_limit))
+                   plan.inputs_token, plan.memory_budget, int(device_limit), plan.gpu_options)
 
     @property
     def selfjoin(self) -> bool:
@@ -66,13 +67,15 @@ class KnnJob:
         from ..kernels.knn import empty_lists, finish
 
         backend = resolve_backend(self.backend)
+        options = dict(self.gpu_options) if backend == "gpu" else {}
         queries = self.reader_a.read(*part.a)
         ids = np.arange(*part.a, dtype=np.int64)
         best_d2, best_j = empty_lists(len(ids), self.k)
         data = self.reader_a if self.reader_b is None else self.reader_b
         if len(self.blocks) == 1:  # the usual case: one search of the whole data, finished by the driver
             lo, hi = self.blocks[0]
-            return make("knn", self.method, backend, data.read(lo, hi), self.k, lo).rows(queries, ids, self.selfjoin)
+            return make("knn", self.method, backend, data.read(lo, hi), self.k, lo, **options).rows(
+                queries, ids, self.selfjoin)
         if len(ids):
             q64 = queries.astype(np.float64, copy=False)
             qlo, qhi = column_bounds(q64)
@@ -83,7 +86,7 @@ class KnnJob:
                 reach = box_d2(q64, q64, self.block_lo[blk], self.block_hi[blk]) <= best_d2[:, 0]
                 if not reach.any():
                     continue
-                driver = make("knn", self.method, backend, data.read(lo, hi), self.k, lo)
+                driver = make("knn", self.method, backend, data.read(lo, hi), self.k, lo, **options)
                 if reach.all():
                     driver.search(queries, ids, best_d2, best_j, self.selfjoin)
                     continue

@@ -92,6 +92,7 @@ class KnnPlan:
     notes: tuple[str, ...] = ()
     steps: tuple[PlanStep, ...] = ()
     inputs_token: str = field(default="", repr=False)
+    gpu_options: tuple = ()  # (name, value) pairs for the method's GPU driver
 
     @property
     def ntasks(self) -> int:
@@ -126,6 +127,9 @@ class KnnPlan:
             f"  output:        {self.a.n * self.k:,} rows (i, j, dist, rank)",
             f"  memory/task:   up to ~{fmt_bytes(worst)} (budget {fmt_bytes(self.memory_budget)})",
         ]
+        if self.gpu_options:
+            lines.append("  gpu options:   " + ", ".join(f"{k}={v!r}" for k, v in self.gpu_options)
+                         + " (where a task runs on a GPU)")
         lines += [f"  data pass:     {step.describe()}" for step in self.steps]
         lines += [f"  note:          {note}" for note in self.notes]
         return "\n".join(lines)
