@@ -56,18 +56,29 @@ def clustered(mode, n=700, m=500, seed=5):
 @pytest.mark.parametrize("mode", ["self", "cross"])
 @pytest.mark.parametrize("max_pairs", [1, 7, 1000])
 @pytest.mark.parametrize("gather", [brute_gemm.GATHER_PAIRS, 5])
-def test_batches_across_tile_edges(mode, max_pairs, gather, monkeypatch):
+@pytest.mark.parametrize("threads", [1, 3])
+def test_batches_across_tile_edges(mode, max_pairs, gather, threads, monkeypatch):
     """Tiles of 64 x 96 rows over 700 x 500 rows (edges inside the diagonal, short last tiles), batches cutting
-    through blocks, and blocks whose pairs outgrow their buffer (``gather`` 5: filled again at counted cursors):
-    bounded batches whose pairs, in order, are the nested loop's arrays."""
+    through blocks, and blocks whose pairs outgrow their buffer (``gather`` 5: filled again at counted cursors),
+    blocks in the calling thread or on a pool of 3 whatever the machine: bounded batches whose pairs, in order,
+    are the nested loop's arrays."""
+    import numba
+
+    monkeypatch.setattr(numba, "get_num_threads", lambda: threads)
     monkeypatch.setattr(brute_gemm, "A_TILE", 64)
     monkeypatch.setattr(brute_gemm, "B_TILE", 96)
     monkeypatch.setattr(brute_gemm, "GATHER_PAIRS", gather)
     a, b = clustered(mode)
     gemm, nested = both(a, b, 0.12)
+    refills = []
+    fill = GemmBruteJoin._fill
+    monkeypatch.setattr(GemmBruteJoin, "_fill", lambda self, *args: refills.append(args) or fill(self, *args))
     for with_distance in (True, False):
+        refills.clear()
         got = list(gemm.batches(max_pairs, with_distance))
         assert len(got) > 3 and all(0 < len(g[0]) <= max_pairs for g in got)
+        if not refills:  # every batch full but the last
+            assert all(len(g[0]) == max_pairs for g in got[:-1])
         assert all((g[2] is None) != with_distance for g in got)
         joined = tuple(None if g[0] is None else np.concatenate(g) for g in zip(*got))
         assert_same_arrays(joined, nested.pairs(with_distance))

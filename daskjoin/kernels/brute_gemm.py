@@ -20,13 +20,12 @@ loop (:class:`~.brute.BruteJoin`) runs instead.
 """
 from __future__ import annotations
 
-import contextlib
-import itertools
 import math
 
 import numba
 import numpy as np
 
+from .block_threads import block_pool, in_order
 from .brute import BruteJoin
 from .exact import error_constants
 from .knn_gemm import ROOT_GROW, Shifted
@@ -187,7 +186,7 @@ class GemmBruteJoin(BruteJoin):
             self._block(r0, min(row1, r0 + A_TILE), mode, counts, base, row0, oi, oj, od, decided)
 
         starts = range(row0, row1, A_TILE)
-        with _block_threads(len(starts)) as pool:
+        with block_pool(len(starts)) as pool:
             if pool is None:
                 for r0 in starts:
                     block(r0)
@@ -197,17 +196,19 @@ class GemmBruteJoin(BruteJoin):
         return decided
 
     def _gathered(self, max_pairs: int | None, with_distance: bool):
-        """Every pair in the nested loop's order, in batches of at most ``max_pairs`` (None: as they come), from
-        one pass: each block of rows appends its pairs to a buffer of its own (:data:`GATHER_PAIRS` at most, or
-        ``max_pairs``) and puts them in row order (a stable sort; each row's columns come ascending).  A block
-        whose pairs outgrow its buffer has counted them all: its rows are filled again, in bounded runs, at
-        counted cursors.  Blocks run ahead on the threads by at most one a thread, so at most that many buffers
-        and ``max_pairs`` held pairs are alive at once.  The count pass, then the fill pass, formed every
-        product twice (50k x 32-d, 2 cores: the pairs in 2.99 s of task time against 1.47 s for the count)."""
+        """Every pair in the nested loop's order, in batches of exactly ``max_pairs`` but the last (None: as they
+        come), from one pass: each block of rows appends its pairs to a buffer of its own (:data:`GATHER_PAIRS` at
+        most, or ``max_pairs``) and puts them in row order (a stable sort; each row's columns come ascending).  A
+        block whose pairs outgrow its buffer has counted them all: its rows are filled again, in bounded runs, at
+        counted cursors.  Blocks run ahead on the threads by at most one a thread, so about ``threads + 1`` blocks'
+        pairs and ``max_pairs`` more are alive at once (twice that while a batch is cut from them).  The count
+        pass, then the fill pass, formed every product twice (50k x 32-d, 2 cores: the pairs in 2.99 s of task time
+        against 1.47 s for the count)."""
         n, m = self.a.shape[0], self.b.shape[0]
         counts = np.zeros(n, np.int64)
         decided = np.zeros(n, np.int64)
         room = GATHER_PAIRS if max_pairs is None else min(GATHER_PAIRS, max_pairs)
+        offsets = None  # the refilled blocks' row offsets (each block writes its own range)
 
         def gather(r0: int):
             r1 = min(n, r0 + A_TILE)
@@ -223,22 +224,28 @@ class GemmBruteJoin(BruteJoin):
 
         held, size = [], 0
 
-        def release():
+        def release(last: bool):
+            """The held pairs as batches of ``max_pairs``; fewer kept for the next unless ``last``."""
             nonlocal held, size
-            if held:
-                whole = tuple(np.concatenate(x) for x in zip(*held)) if len(held) > 1 else held[0]
-                held, size = [], 0
-                yield from _cut(whole, max_pairs, with_distance)
+            if not held:
+                return
+            whole = tuple(np.concatenate(x) for x in zip(*held)) if len(held) > 1 else held[0]
+            cut = size if max_pairs is None or last else size - size % max_pairs
+            held, size = ([tuple(x[cut:] for x in whole)], size - cut) if cut < size else ([], 0)
+            if cut:
+                yield from _cut(tuple(x[:cut] for x in whole), max_pairs, with_distance)
 
         starts = range(0, n, A_TILE)
-        with _block_threads(len(starts)) as pool:
-            ahead = min(len(starts), numba.get_num_threads()) + 1
-            results = map(gather, starts) if pool is None else _in_order(pool, gather, starts, ahead)
+        with block_pool(len(starts)) as pool:
+            ahead = min(len(starts), numba.get_num_threads()) + 1  # a block a thread, one more queued
+            results = map(gather, starts) if pool is None else in_order(pool, gather, starts, ahead)
             for r0, r1, got in results:
                 if got is None:
-                    yield from release()
-                    offsets = np.zeros(n + 1, np.int64)
-                    offsets[r0 + 1:r1 + 1] = np.cumsum(counts[r0:r1])
+                    yield from release(True)
+                    if offsets is None:
+                        offsets = np.zeros(n + 1, np.int64)
+                    np.cumsum(counts[r0:r1], out=offsets[r0 + 1:r1 + 1])
+                    offsets[r0] = 0
                     limit = max_pairs if max_pairs is not None else int(offsets[r1])
                     for s0, s1 in bounded_ranges(counts[r0:r1], limit):
                         yield from _cut(self._fill(r0 + s0, r0 + s1, offsets, True), max_pairs, with_distance)
@@ -247,8 +254,8 @@ class GemmBruteJoin(BruteJoin):
                     held.append(got)
                     size += len(got[0])
                 if max_pairs is not None and size >= max_pairs:
-                    yield from release()
-        yield from release()
+                    yield from release(False)
+        yield from release(True)
         self._counts, self._decided_rows = counts, decided
         self.decided = int(decided.sum())
 
@@ -264,35 +271,3 @@ def _cut(batch, max_pairs: int | None, with_distance: bool):
         yield whole
     else:
         yield from split_batch(whole, max_pairs)
-
-
-def _in_order(pool, fn, items, ahead: int):
-    """``fn`` of each of ``items`` on ``pool``, yielded in order, at most ``ahead`` calls submitted and not yet
-    yielded."""
-    from collections import deque
-
-    items = iter(items)
-    pending = deque(pool.submit(fn, x) for x in itertools.islice(items, ahead))
-    while pending:
-        result = pending.popleft().result()
-        nxt = next(items, None)
-        if nxt is not None:
-            pending.append(pool.submit(fn, nxt))
-        yield result
-
-
-@contextlib.contextmanager
-def _block_threads(blocks: int):
-    """A pool of one thread a core (Numba's thread count) for ``blocks`` blocks of rows, each BLAS call on one thread;
-    None where one block or one thread (no pool, BLAS as it is: what a pool and limits cost, ~1 ms).  The BLAS
-    setting is process-wide, restored after: a concurrent task may see it, which changes only its speed."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from threadpoolctl import threadpool_limits
-
-    threads = min(blocks, max(1, numba.get_num_threads()))
-    if threads <= 1:
-        yield None
-        return
-    with threadpool_limits(1, "blas"), ThreadPoolExecutor(threads) as pool:
-        yield pool

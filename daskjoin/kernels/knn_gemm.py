@@ -34,6 +34,7 @@ import math
 import numba
 import numpy as np
 
+from .block_threads import block_pool
 from .exact import NORM_FLOOR, error_constants
 from .knn import _bounded_d2, _offer
 
@@ -157,10 +158,6 @@ class GemmBrute:
         return shifted if shifted.fits and self.rows.fits else None
 
     def search(self, queries, shifted: Shifted, query_ids, best_d2, best_j, exclude_self: bool) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from threadpoolctl import threadpool_limits
-
         queries = np.ascontiguousarray(queries)
         ids = np.ascontiguousarray(query_ids, np.int64)
         x = self.rows
@@ -176,12 +173,10 @@ class GemmBrute:
                              self.first_id, best_d2[q0:q1], best_j[q0:q1], decided[q0:q1])
 
         starts = range(0, len(queries), Q_TILE)
-        threads = min(len(starts), max(1, numba.get_num_threads()))
-        if threads <= 1:  # as brute_gemm.GemmBruteJoin._sweep
-            for q0 in starts:
-                block(q0)
-        else:
-            # one BLAS thread a call: the threads here are the parallelism (brute_gemm.GemmBruteJoin._sweep)
-            with threadpool_limits(1, "blas"), ThreadPoolExecutor(threads) as pool:
+        with block_pool(len(starts)) as pool:  # a thread a block, BLAS on one (block_threads)
+            if pool is None:
+                for q0 in starts:
+                    block(q0)
+            else:
                 list(pool.map(block, starts))
         self.decided += int(decided.sum())

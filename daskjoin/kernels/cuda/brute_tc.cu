@@ -174,7 +174,7 @@ __device__ __forceinline__ void wg_hold(float* d) {
 
 // A shared-memory matrix descriptor: rows of 128 bytes in the 128-byte swizzle (mode 1, bits 62-63), 8-row
 // groups 1,024 bytes apart (stride offset, bits 32-45); the leading offset (bits 16-29) is set to 1 and ignored
-// by this layout.  `addr` is a multiple of 1,024 plus the k-step's 32-byte offset within the row.
+// by this layout.  `addr`: a tile's first row, a multiple of 1,024 (the k-steps advance the descriptor itself).
 __device__ __forceinline__ unsigned long long wg_desc(unsigned addr) {
     return (unsigned long long)((addr & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32)
            | (1ull << 62);
@@ -196,14 +196,15 @@ struct Wgmma {
     __device__ static void landed() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
     // acc (+)= the products of one staged chunk of w bytes (A rows at sA: this warpgroup's 64; B rows at sB),
-    // fresh if `fresh`.  Synchronous (the wgmma group awaited): two blocks an SM overlap one's products with
-    // the other's filter.  A pipelined form (the next pair's products issued into a second set of 64
-    // accumulators before this pair's filter, one block an SM) was measured slower: 375 TOPS against 519 on
+    // fresh if `fresh`: issued here, awaited by `settle`, the caller's loads in between.  Two blocks an SM overlap
+    // one's products with the other's filter.  A pipelined form (the next pair's products issued into a second set
+    // of 64 accumulators before this pair's filter, one block an SM) was measured slower: 375 TOPS against 519 on
     // uniform 1M x 128 int8, H200 (session 24).
     template <typename Acc>
     __device__ static void product(const unsigned char* sA, const unsigned char* sB, int w, bool fresh, Acc* acc) {
-        // the k-step's 32 bytes advance the descriptors' address field (bits 0-13, in units of 16 bytes) by 2: no
-        // carry, shared addresses being below 2^18
+        // the k-step's 32 bytes advance the descriptors' address field (bits 0-13, in units of 16 bytes) by 2, at
+        // most 6 in all: no carry, the tile's address being a multiple of 1,024 (the field's low 6 bits zero) in a
+        // shared window below 2^18 bytes
         const unsigned long long da = wg_desc((unsigned)__cvta_generic_to_shared(sA) + (threadIdx.x >> 7) * 64 * 128);
         const unsigned long long db = wg_desc((unsigned)__cvta_generic_to_shared(sB));
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -226,7 +227,7 @@ struct Wgmma {
 // Bytes k0 .. k0 + KB of the 128 rows of one tile (src: its first row's byte k0) into the slot at s, by
 // asynchronous copies (no registers, all in flight at once); the caller commits the group.  Thread x copies
 // the 16-byte vectors x mod 8 of rows x / 8, x / 8 + 32, ...: no division, and a chunk shorter than KB
-// (vecs < 8) leaves the same threads idle throughout.  Both layouts place row r + 32 i at at(r) + at(32 i, 0)
+// (vecs < 8) leaves the same threads idle throughout.  Both layouts place row r + 32 i at at(r, c) + at(32 i, 0)
 // (the swizzle depends on r mod 8 alone): a fixed count of copies from two base addresses.
 template <typename M>
 __device__ __forceinline__ void stage_rows(unsigned char* s, const unsigned char* __restrict__ src, int rowbytes,
@@ -260,20 +261,19 @@ struct Stager {
     int rowbytes, nk;
     const i64* __restrict__ P;
     const i64* __restrict__ Q;
-    i64 first;
     int items;                // (end - first) * nk
     int next, next_kc, next_st;  // the item to stage next, its chunk and stage
     i64 next_k;               // its pair
     i64 np, nq;     // the tiles of pair next_k, loaded a call ahead (their latency off the staging's path)
     int run;        // A runs staged so far, less one, modulo NSTAGES: the slot of the last
-    unsigned held;  // 2 bits a stage: the A slot of the item staged there
+    unsigned aslot;  // 2 bits a stage: the A slot of the item staged there
     i64 last_tp;
 
     __device__ __forceinline__ Stager(unsigned char* base, const unsigned char* X_, const unsigned char* Y_,
                                       int rowbytes_, const i64* P_, const i64* Q_, i64 first_, i64 end)
         : aslots(base), bslots(base + NSTAGES * M::SLOT), X(X_), Y(Y_), rowbytes(rowbytes_),
-          nk((rowbytes_ + KB - 1) / KB), P(P_), Q(Q_), first(first_), items((int)(end - first_) * nk), next(0),
-          next_kc(0), next_st(0), next_k(first_), np(P_[first_]), nq(Q_[first_]), run(-1), held(0), last_tp(-1) {}
+          nk((rowbytes_ + KB - 1) / KB), P(P_), Q(Q_), items((int)(end - first_) * nk), next(0),
+          next_kc(0), next_st(0), next_k(first_), np(P_[first_]), nq(Q_[first_]), run(-1), aslot(0), last_tp(-1) {}
 
     __device__ __forceinline__ void stage_next() {
         if (next < items) {
@@ -284,7 +284,7 @@ struct Stager {
                 last_tp = np;
             }
             stage_rows<M>(bslots + next_st * M::SLOT, Y + nq * TILE * (i64)rowbytes + k0, rowbytes, vecs);
-            held = (held & ~(3u << (2 * next_st))) | ((unsigned)run << (2 * next_st));
+            aslot = (aslot & ~(3u << (2 * next_st))) | ((unsigned)run << (2 * next_st));
         }
         cp_async_commit();
         ++next;
@@ -295,11 +295,12 @@ struct Stager {
         }
     }
     // the A and B rows of the item staged in stage st
-    __device__ __forceinline__ const unsigned char* a(int st) const { return aslots + ((held >> (2 * st)) & 3u) * M::SLOT; }
+    __device__ __forceinline__ const unsigned char* a(int st) const { return aslots + ((aslot >> (2 * st)) & 3u) * M::SLOT; }
     __device__ __forceinline__ const unsigned char* b(int st) const { return bslots + st * M::SLOT; }
 };
 
-// The tile products of pairs first .. end - 1 of (P, Q), one after another, each handed to visit(k, acc):
+// The tile products of pairs first .. end - 1 of (P, Q), one after another, each handed to visit(k, acc), after
+// visit.prefetch(k) while the products are formed (a Visit provides both):
 // items staged NSTAGES deep, so that the copies of the next two are in flight while this item's products and
 // the last pair's visit run.
 template <typename M, typename Acc, typename Visit>
@@ -362,26 +363,26 @@ struct Filter {
 
     // the pair's tile numbers and thresholds, loaded while its products are formed (tile_products)
     i64 tp, tq;
+    Acc yb[M::C], x[M::R];
     // M::GATHERED: the warp's gathered candidates (WARP_LIST at most: rows and columns, tile pairs) and their count
     int2* gathered;
     int* gathered_pair;
-    int held = 0;
+    int gathered_n = 0;
 
     // the warp's gathered candidates appended to the list (one atomic): called by every lane of the warp
     __device__ __forceinline__ void flush() {
         const int lane = threadIdx.x & 31;
         unsigned long long base = 0ULL;
-        if (lane == 0 && held) base = atomicAdd(cand_counter, (unsigned long long)held);
+        if (lane == 0 && gathered_n) base = atomicAdd(cand_counter, (unsigned long long)gathered_n);
         base = __shfl_sync(0xffffffffu, base, 0);
-        for (int k = lane; k < held; k += 32)
+        for (int k = lane; k < gathered_n; k += 32)
             if ((i64)(base + k) < capacity) {
                 cand[base + k] = gathered[k];
                 if (cand_pair) cand_pair[base + k] = gathered_pair[k];
             }
         __syncwarp();
-        held = 0;
+        gathered_n = 0;
     }
-    Acc yb[M::C], x[M::R];
 
     __device__ __forceinline__ void prefetch(i64 pair) {
         tp = P[pair];
@@ -454,15 +455,15 @@ struct Filter {
     before -= mine;
     if constexpr (M::GATHERED) {
         if (total <= WARP_LIST) {
-            if (held + total > WARP_LIST) flush();
-            for (int k = held + before; keep; ++k) {
+            if (gathered_n + total > WARP_LIST) flush();
+            for (int k = gathered_n + before; keep; ++k) {
                 const int bit = __ffsll((long long)keep) - 1;
                 keep &= keep - 1;
                 const int r = bit / M::C, c = bit % M::C;
                 gathered[k] = make_int2((int)(tp * TILE + r0 + row_off(r)), (int)(tq * TILE + c0 + col_off(c)));
                 if (cand_pair) gathered_pair[k] = pair_base + (int)pair;
             }
-            held += total;
+            gathered_n += total;
             __syncwarp();
             return;
         }
