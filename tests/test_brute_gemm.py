@@ -45,6 +45,19 @@ def test_the_nested_loops_arrays_on_every_case(case, mode):
     assert gemm.count() == len(want[0])
 
 
+def spy(monkeypatch, method: str) -> list:
+    """The first argument (a row number) of every call of ``GemmBruteJoin.<method>``, in a list that fills as
+    they come."""
+    calls, real = [], getattr(GemmBruteJoin, method)
+
+    def spied(self, first, *rest):
+        calls.append(first)
+        return real(self, first, *rest)
+
+    monkeypatch.setattr(GemmBruteJoin, method, spied)
+    return calls
+
+
 def clustered(mode, n=700, m=500, seed=5):
     rng = np.random.default_rng(seed)
     centres = rng.random((8, 12))
@@ -70,9 +83,7 @@ def test_batches_across_tile_edges(mode, max_pairs, gather, threads, monkeypatch
     monkeypatch.setattr(brute_gemm, "GATHER_PAIRS", gather)
     a, b = clustered(mode)
     gemm, nested = both(a, b, 0.12)
-    refills = []
-    fill = GemmBruteJoin._fill
-    monkeypatch.setattr(GemmBruteJoin, "_fill", lambda self, *args: refills.append(args) or fill(self, *args))
+    refills = spy(monkeypatch, "_fill")
     for with_distance in (True, False):
         refills.clear()
         got = list(gemm.batches(max_pairs, with_distance))
@@ -94,9 +105,7 @@ def test_pairs_in_one_pass_over_the_products(mode, gather, monkeypatch):
     monkeypatch.setattr(brute_gemm, "GATHER_PAIRS", gather)
     a, b = clustered(mode)
     gemm, nested = both(a, b, 0.12)
-    calls = []
-    block = GemmBruteJoin._block
-    monkeypatch.setattr(GemmBruteJoin, "_block", lambda self, r0, *rest: calls.append(r0) or block(self, r0, *rest))
+    calls = spy(monkeypatch, "_block")
     assert_same_arrays(gemm.pairs(), nested.pairs())
     blocks = -(-len(a) // 64)
     if gather == 5:
