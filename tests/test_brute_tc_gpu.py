@@ -374,6 +374,51 @@ def _kept_by_the_rule(fmt, G, X, Y):
     return keep
 
 
+def _listed_and_wanted(fmt, d, mode, mma, noise=0.05, room=1 << 20, rows_a=1500):
+    """The filter kernel's candidates over every kept tile pair of clustered rows (``noise``: the spread about each
+    of 12 centres, one or one a centre), as listed with lists of ``room`` to begin with (a launch that overflows is
+    rerun with room for all), and the rule's in numpy; with the join, and the rule's 128 x 128 mask of each tile
+    pair."""
+    import cupy as cp
+
+    from daskjoin.kernels.brute_gpu import GpuBruteJoin, listed_candidates, tc_filter_launch
+
+    rng = np.random.default_rng(d)
+    centres = rng.random((12, d)) * 4
+    sigma = np.broadcast_to(np.asarray(noise, np.float64), (12,))
+
+    def rows(n):
+        at = rng.integers(0, 12, n)
+        return centres[at] + rng.normal(0, 1, (n, d)) * sigma[at][:, None]
+
+    a = rows(rows_a)
+    b = None if mode == "self" else rows(700)
+    eps = 0.1 * np.sqrt(d)
+    join = GpuBruteJoin(a, b, eps, filter=fmt)
+    assert join.filter == fmt
+    P, Q = join.pairs_p, join.pairs_q
+    launch = tc_filter_launch(fmt, join.A.tc, join.B.tc, P, Q, join.thresholds, join.selfjoin, mma)
+    got, listed = set(), 0
+    for cand, _, count, _ in listed_candidates(launch, int(P.shape[0]), room):
+        got.update(map(tuple, cand[:count].get().tolist()))
+        listed += count
+    assert listed == len(got)  # no candidate listed twice
+
+    qa, qb = (side.tc[0].view(cp.int8 if fmt == "int8" else cp.float16).get().astype(np.float64)
+              for side in (join.A, join.B))
+    X, Y = (t.get() for t in join.thresholds)
+    want, masks = set(), []
+    for p, q in zip(P.get().tolist(), Q.get().tolist()):
+        ra, rb = slice(p * 128, p * 128 + 128), slice(q * 128, q * 128 + 128)
+        keep = _kept_by_the_rule(fmt, qa[ra] @ qb[rb].T, X[ra], Y[rb])
+        if join.selfjoin and p == q:
+            keep &= np.triu(np.ones((128, 128), bool), 1)  # the diagonal tile's pairs once, none with itself
+        masks.append(keep)
+        r, c = np.nonzero(keep)
+        want.update(zip((r + p * 128).tolist(), (c + q * 128).tolist()))
+    return join, got, want, masks
+
+
 @pytest.mark.parametrize("fmt, d", [("int8", 100), ("int8", 300), ("fp16", 60), ("fp16", 128)])
 @pytest.mark.parametrize("mode", ["self", "cross"])
 @pytest.mark.parametrize("mma", MMAS)
@@ -383,19 +428,10 @@ def test_filter_kernel_lists_exactly_the_rules_candidates(fmt, d, mode, mma):
     of several, more runs in a block than the kernel has A slots, the diagonal's half of a self-join, partial last
     tiles), with rows of one 128-byte chunk (int8 at 100-d, fp16 at 60-d: the A tile staged once a run) and of
     several (int8 at 300-d, fp16 at 128-d), for each form of the kernel (mma.sync; wgmma on Hopper)."""
-    import cupy as cp
+    from daskjoin.kernels.brute_gpu import TC_PAIRS_PER_BLOCK
 
-    from daskjoin.kernels.brute_gpu import TC_PAIRS_PER_BLOCK, GpuBruteJoin, listed_candidates, tc_filter_launch
-
-    rng = np.random.default_rng(d)
-    centres = rng.random((12, d)) * 4
-    a = centres[rng.integers(0, 12, 1500)] + rng.normal(0, 0.05, (1500, d))
-    b = None if mode == "self" else centres[rng.integers(0, 12, 700)] + rng.normal(0, 0.05, (700, d))
-    eps = 0.1 * np.sqrt(d)
-    join = GpuBruteJoin(a, b, eps, filter=fmt)
-    assert join.filter == fmt
-    P, Q = join.pairs_p, join.pairs_q
-    p_list = P.get()
+    join, got, want, _ = _listed_and_wanted(fmt, d, mode, mma)
+    p_list = join.pairs_p.get()
     every = join.A.ntiles * (join.A.ntiles + 1) // 2 if join.selfjoin else join.A.ntiles * join.B.ntiles
     assert 1 < len(p_list) < every  # some tile pairs kept, not all
     starts = np.flatnonzero(np.r_[True, p_list[1:] != p_list[:-1]])  # where runs of one tile of P begin
@@ -403,23 +439,34 @@ def test_filter_kernel_lists_exactly_the_rules_candidates(fmt, d, mode, mma):
     assert lengths.max() > 1 and (lengths.min() == 1 or not join.selfjoin)  # the last tile alone, self-joined
     block_runs = [len(set(p_list[k:k + TC_PAIRS_PER_BLOCK].tolist())) for k in range(0, len(p_list), TC_PAIRS_PER_BLOCK)]
     assert max(block_runs) > 3  # the kernel's 3 A slots go round within a block
-    launch = tc_filter_launch(fmt, join.A.tc, join.B.tc, P, Q, join.thresholds, join.selfjoin, mma)
-    got, listed = set(), 0
-    for cand, _, count, _ in listed_candidates(launch, int(P.shape[0]), 1 << 20):
-        got.update(map(tuple, cand[:count].get().tolist()))
-        listed += count
-    assert listed == len(got)  # no candidate listed twice
-
-    qa, qb = (side.tc[0].view(cp.int8 if fmt == "int8" else cp.float16).get().astype(np.float64)
-              for side in (join.A, join.B))
-    X, Y = (t.get() for t in join.thresholds)
-    want = set()
-    for p, q in zip(P.get().tolist(), Q.get().tolist()):
-        ra, rb = slice(p * 128, p * 128 + 128), slice(q * 128, q * 128 + 128)
-        keep = _kept_by_the_rule(fmt, qa[ra] @ qb[rb].T, X[ra], Y[rb])
-        if join.selfjoin and p == q:
-            keep &= np.triu(np.ones((128, 128), bool), 1)  # the diagonal tile's pairs once, none with itself
-        r, c = np.nonzero(keep)
-        want.update(zip((r + p * 128).tolist(), (c + q * 128).tolist()))
     assert len(want) > 1000
     assert got == want
+
+
+@pytest.mark.parametrize("fmt, d", [("int8", 100), ("fp16", 60)])
+@pytest.mark.parametrize("mode", ["self", "cross"])
+@pytest.mark.parametrize("room", [1 << 20, 100])
+@pytest.mark.parametrize("mma", MMAS)
+def test_filter_kernel_lists_dense_tiles_through_every_route(fmt, d, mode, room, mma):
+    """Clusters from tight (every pair within eps) to loose (a few pairs a tile), so that a warp finds more
+    candidates in one tile pair than it gathers (written to the list at once), and others fill their gathered
+    lists over several pairs (appended when full and at the block's end), with lists that overflow to begin with
+    (counted past their room, then rerun): the rule's candidates, exactly.  A wgmma warp's share of a tile pair is
+    a band of 16 rows (warp w's rows 16 w .. 16 w + 15: 64 (w // 4) + 16 (w % 4)), so the rule's masks say which
+    routes the data take (mma.sync appends at once, from 32 x 64 blocks)."""
+    from daskjoin.kernels.brute_gpu import TC_PAIRS_PER_BLOCK
+
+    # as _listed_and_wanted: a spread c eps / sqrt(2 d) puts a cluster's pairs at about c eps (within a relative
+    # sqrt(2 / d) in the square): two clusters of which every pair passes, ten of which a few percent down to a few
+    # per mille do, each of about two tiles
+    eps = 0.1 * np.sqrt(d)
+    c = np.array([0.3, 0.6, 1.15, 1.18, 1.2, 1.22, 1.25, 1.15, 1.18, 1.2, 1.22, 1.25])
+    join, got, want, masks = _listed_and_wanted(fmt, d, mode, mma, noise=c * eps / np.sqrt(2 * d), room=room,
+                                                rows_a=3000)
+    assert got == want
+    bands = np.array([m.reshape(8, 16, 128).sum(axis=(1, 2)) for m in masks])  # candidates of each 16-row band
+    assert (bands > 128).any()  # written at once (more than a warp gathers)
+    per_block = [bands[k:k + TC_PAIRS_PER_BLOCK] for k in range(0, len(bands), TC_PAIRS_PER_BLOCK)]
+    small = [np.where(b <= 128, b, 0).sum(axis=0) for b in per_block]
+    assert max(s.max() for s in small) > 128  # a gathered list fills within a block
+    assert len(want) > (room if room < 1 << 20 else 0)
