@@ -499,15 +499,19 @@ def test_choose_method():
     method, reason = cost.choose_method("auto", cost.CPU_BRUTE_FROM_D)
     assert method == "brute" and f"d={cost.CPU_BRUTE_FROM_D}" in reason and "CPU" in reason and "BLAS" in reason
     assert {cost.choose_method("auto", d)[0] for d in range(1, 200)} == {"grid", "brute"}  # the rest by name only
-    # on the CPU from CPU_BRUTE_SMALL_FROM_D where the join's pairs of rows are few; never on the GPU, never below
-    small, large = cost.CPU_BRUTE_SMALL_ROW_PAIRS, cost.CPU_BRUTE_SMALL_ROW_PAIRS * 1.01
-    d = cost.CPU_BRUTE_SMALL_FROM_D
-    method, reason = cost.choose_method("auto", d, row_pairs=small)
-    assert method == "brute" and "pairs of rows" in reason and "CPU" in reason
-    assert cost.choose_method("auto", d, row_pairs=large)[0] == "grid"
-    assert cost.choose_method("auto", d - 1, row_pairs=1.0)[0] == "grid"
-    assert cost.choose_method("auto", d, gpu=True, row_pairs=1.0)[0] == "grid"
-    assert cost.choose_method("auto", cost.CPU_BRUTE_FROM_D, row_pairs=large)[0] == "brute"
+    # on the CPU at the measured dimensionalities where the join's pairs of rows are few; never on the GPU, never
+    # at a dimensionality without a measured limit (7-d and below)
+    assert min(cost.CPU_BRUTE_SMALL_ROW_PAIRS) == 8 and max(cost.CPU_BRUTE_SMALL_ROW_PAIRS) < cost.CPU_BRUTE_FROM_D
+    for d, most in cost.CPU_BRUTE_SMALL_ROW_PAIRS.items():
+        small, large = most, most * 1.01
+        method, reason = cost.choose_method("auto", d, row_pairs=small)
+        assert method == "brute" and "pairs of rows" in reason and "CPU" in reason and f"{d}-d" in reason
+        assert cost.choose_method("auto", d, row_pairs=large)[0] == "grid"
+        assert cost.choose_method("auto", d, gpu=True, row_pairs=1.0)[0] == "grid"
+        assert cost.choose_method("auto", d)[0] == "grid"  # the size unknown
+    assert cost.choose_method("auto", 7, row_pairs=1.0)[0] == "grid"
+    assert cost.CPU_BRUTE_SMALL_ROW_PAIRS[8] < cost.CPU_BRUTE_SMALL_ROW_PAIRS[9] < cost.CPU_BRUTE_SMALL_ROW_PAIRS[10]
+    assert cost.choose_method("auto", cost.CPU_BRUTE_FROM_D, row_pairs=1e30)[0] == "brute"
     assert cost.choose_method("auto", cost.GPU_BRUTE_FROM_D - 1, gpu=True)[0] == "grid"
     method, reason = cost.choose_method("auto", cost.GPU_BRUTE_FROM_D, gpu=True)
     assert method == "brute" and "GPU" in reason
@@ -630,14 +634,16 @@ def test_plan_explain_cross_and_auto(client, tmp_path):
     assert not plan.selfjoin and plan.d == 20
 
 
-def test_auto_takes_brute_at_10_d_only_for_small_cpu_joins(client):
-    """The planner passes the join's pairs of rows: a 2,000-row 10-d self-join takes brute, one of 330k rows (past
-    CPU_BRUTE_SMALL_ROW_PAIRS) the grid."""
+def test_auto_takes_brute_at_8_to_11_d_only_for_small_cpu_joins(client):
+    """The planner passes the join's pairs of rows: a 2,000-row 8- to 10-d self-join takes brute (7-d the grid), a
+    10-d one of 330k rows (past CPU_BRUTE_SMALL_ROW_PAIRS) the grid."""
     small = np.random.default_rng(3).random((2000, 10))
     text = dj.plan_join(small, eps=0.3, backend="cpu", client=client).explain()
     assert "method:        brute on cpu" in text and "pairs of rows" in text
+    for d, method in ((7, "grid"), (8, "brute"), (9, "brute")):  # the limits measured at 8- and 9-d (session 25)
+        assert dj.plan_join(small[:, :d], eps=0.3, backend="cpu", client=client).method == method
     large = np.random.default_rng(4).random((330_000, 10)).astype(np.float32)
-    assert 330_000 ** 2 > cost.CPU_BRUTE_SMALL_ROW_PAIRS
+    assert 330_000 ** 2 > cost.CPU_BRUTE_SMALL_ROW_PAIRS[10]
     assert dj.plan_join(large, eps=0.05, backend="cpu", client=client).method == "grid"
 
 

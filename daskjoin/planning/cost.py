@@ -18,23 +18,26 @@ CPU_BRUTE_FROM_D = 12
 #: uniform: 50k rows, brute 1.12 / 1.17 s against the grid's 4.10 / 8.40 s; 150k rows, 10.2 / 10.0 s against
 #: 20.6 / 35.7 s.  Brute grows as n^2.0, the grid here as n^1.47 / n^1.32, so they would meet near 560k / 970k rows
 #: (extrapolated); up to 1e11 pairs of rows (a 316k self-join) brute is predicted at least 1.35x / 2.1x faster.  At
-#: 8-d brute led by 1.1-1.55x at 50k rows only (1.10 s against 1.21 / 1.71 s): the grid stays.
-CPU_BRUTE_SMALL_FROM_D = 10
-CPU_BRUTE_SMALL_ROW_PAIRS = 1e11
+#: 8-d brute led by 1.1-1.55x at 50k rows (1.10 s against 1.21 / 1.71 s).  Session 25 (bench_methods.py --backend
+#: cpu --methods grid,brute, methods-cpu-vm-2026-11-27-session25-*.json), exponential / uniform: 9-d, 60k rows
+#: brute 1.73 / 1.77 s against the grid's 2.55 / 5.03 s, 150k rows 10.9 / 10.8 s against 12.1 / 16.5 s (they would
+#: meet near 210k / 270k rows); 8-d, 60k rows brute 1.69 / 1.72 s against 1.62 / 2.19 s, 150k rows 10.8 / 10.7 s
+#: against 4.66 / 6.46 s; 7-d the grid at 60k rows (0.71-0.74 s against 1.7 s).  So: d -> the most pairs of rows
+#: (n_a n_b) for which brute is taken below CPU_BRUTE_FROM_D, each where it was measured faster on both data.
+CPU_BRUTE_SMALL_ROW_PAIRS = {8: 50_000 ** 2, 9: 150_000 ** 2, 10: 1e11, 11: 1e11}
 
 
 def choose_method(requested: str, d: int, *, gpu: bool = False, row_pairs: float | None = None) -> tuple[str, str]:
     """``grid`` below the measured crossover dimensionality of the backend, ``brute`` from it; on the CPU also
-    from :data:`CPU_BRUTE_SMALL_FROM_D` dimensions where ``row_pairs`` (n_a n_b) is small enough."""
+    at the dimensionalities of :data:`CPU_BRUTE_SMALL_ROW_PAIRS` where ``row_pairs`` (n_a n_b) is small enough."""
     if requested != "auto":
         return requested, "requested"
     limit, where = (GPU_BRUTE_FROM_D, "GPU") if gpu else (CPU_BRUTE_FROM_D, "CPU")
     how = "tiled nested loop (box-pruned tiles)" if gpu else "nested loop behind float32 BLAS products (a proven filter)"
-    if not gpu and CPU_BRUTE_SMALL_FROM_D <= d < limit and row_pairs is not None \
-            and row_pairs <= CPU_BRUTE_SMALL_ROW_PAIRS:
-        return "brute", (f"d={d} >= {CPU_BRUTE_SMALL_FROM_D} and {row_pairs:.3g} pairs of rows <= "
-                         f"{CPU_BRUTE_SMALL_ROW_PAIRS:.0e}: on the CPU the {how} wins there (measured; its work grows "
-                         f"as the pairs of rows, the grid's more slowly)")
+    most = None if gpu or d >= limit else CPU_BRUTE_SMALL_ROW_PAIRS.get(d)
+    if most is not None and row_pairs is not None and row_pairs <= most:
+        return "brute", (f"d={d} and {row_pairs:.3g} pairs of rows <= {most:.3g}: on the CPU the {how} wins there "
+                         f"(measured at {d}-d; its work grows as the pairs of rows, the grid's more slowly)")
     if d < limit:
         return "grid", f"d={d} < {limit}: on the {where} the ε-grid over non-empty cells wins below d={limit} (measured crossover)"
     return "brute", f"d={d} >= {limit}: on the {where} the {how} wins from d={limit} (measured crossover)"
