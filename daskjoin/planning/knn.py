@@ -53,10 +53,15 @@ def query_row_bytes(method: str, d: int, k: int) -> int:
     return 16 * (k + d) if method == "szl" else 0
 #: ``method="auto"`` (``bench_knn.py --workloads methods``, k = 16; benchmarks/results/knn-methods-*.json): the
 #: grid up to GRID_MAX_D dimensions on both backends; beyond, on CPU workers the Z-lists up to SZL_MAX_D
-#: (2-core VM, 50k clustered rows: 8-d szl 2.3 s, brute 6.8 s; 16-d 6.7 s against 6.9 s; 64-d 44 s against
-#: 10 s) and brute force after; on GPUs brute force (H100, 200k rows: 8-d 0.23 s against szl's 0.43 s)
+#: and brute force after; on GPUs brute force (H100, 200k rows: 8-d 0.23 s against szl's 0.43 s).  On the CPU
+#: (2-core VM, clustered rows; knn-szl-brute-cpu-vm-2026-11-27-session25.json), since brute's GEMM filter
+#: (kernels/knn_gemm.py), szl against brute: 50k rows 7-d 2.23 / 2.33 s, 8-d 2.57 / 2.41, 9-d 3.55 / 2.40, 10-d
+#: 3.61 / 2.45, 12-d 4.49 / 2.49 (16-d 6.97 / 2.55, 64-d 60.6 / 4.08: knn-methods-cpu-vm-2026-11-27-session25.json);
+#: 150k rows 7-d 13.8 / 19.4, 8-d 17.2 / 19.1, 9-d 21.7 / 19.0, 10-d 27.7 / 20.4, 12-d 36.9 / 20.4.  Brute grows as
+#: n^2, szl as about n^1.7-1.9: szl keeps 7- and 8-d (where it wins on the larger join), brute from 9-d.  (Before
+#: the GEMM filter: 8-d szl 2.3 s, brute 6.8 s; 16-d 6.7 s against 6.9 s; SZL_MAX_D was 12.)
 GRID_MAX_D = 6
-SZL_MAX_D = 12
+SZL_MAX_D = 8
 
 
 @dataclass(frozen=True)
