@@ -45,7 +45,7 @@ def _products(fmt, qa, qb, mma):
     by the ``mma`` instructions."""
     import cupy as cp
 
-    from daskjoin.kernels.brute_gpu import tc_kernel, tc_smem_bytes
+    from daskjoin.kernels.brute_gpu import tc_products
 
     d = qa.shape[1]
     dp = tc_quant.padded_dims(fmt, d)
@@ -57,8 +57,7 @@ def _products(fmt, qa, qb, mma):
         rows.append(r.view(cp.uint8))
     out = cp.zeros((1, 128, 128), cp.float64)
     zero = cp.zeros(1, cp.int64)
-    tc_kernel(f"tc_products_{'i8' if fmt == 'int8' else 'f16'}", mma)(
-        (1,), (256,), (rows[0], rows[1], np.int32(rows[0].shape[1]), zero, zero, out), shared_mem=tc_smem_bytes(mma))
+    tc_products(fmt, rows[0], rows[1], zero, zero, out, mma)
     return out[0].get()
 
 

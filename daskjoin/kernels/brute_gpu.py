@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import NamedTuple
 
 import numpy as np
 
-from . import tc_quant
+from . import tc_quant, tensor_map
 from .exact import NORM_FLOOR, eps_squared, error_constants
 from .gpu_common import (cupy, device_budget_bytes, feature_arch, kernel, sort_room, sorted_on_device, sorted_to_host,
                          specific_ready, to_host)
@@ -132,8 +133,7 @@ def _fp16_exact_on(device: int, mma: str) -> bool:
             rows.append(cp.asarray(host).view(cp.uint8))
         out = cp.zeros((1, 128, 128), cp.float64)
         zero = cp.zeros(1, cp.int64)
-        tc_kernel("tc_products_f16", mma)((1,), (BLOCK,), (rows[0], rows[1], np.int32(rows[0].shape[1]), zero, zero,
-                                                          out), shared_mem=tc_smem_bytes(mma))
+        tc_products("fp16", rows[0], rows[1], zero, zero, out, mma)
         ok &= bool(np.array_equal(out[0].get(), (q.astype(np.int64) @ r.astype(np.int64).T).astype(np.float64)))
     return ok
 
@@ -142,9 +142,9 @@ def _fp16_exact_on(device: int, mma: str) -> bool:
 #: (cuda/brute_tc.cu: TC_SMEM = NSTAGES * 2 * TILE * LDS; a test ties them)
 TC_SMEM_BYTES = 3 * 2 * 128 * 144
 #: the same for the wgmma kernels: three A slots and three B stages of 128 rows of 128 bytes, 1 KiB for alignment,
-#: and each of the 8 warps' 128 gathered candidates of 12 bytes
+#: 64 bytes of stage barriers, and each of the 8 warps' 128 gathered candidates of 12 bytes
 #: (cuda/brute_tc.cu: WG_SMEM)
-TC_WG_SMEM_BYTES = 2 * 3 * 128 * 128 + 1024 + 8 * 128 * 12
+TC_WG_SMEM_BYTES = 2 * 3 * 128 * 128 + 1024 + 64 + 8 * 128 * 12
 #: tile pairs filtered one after another by one block (cuda/brute_tc.cu: PAIRS_PER_BLOCK)
 TC_PAIRS_PER_BLOCK = 32
 
@@ -197,22 +197,54 @@ def tc_kernel(function: str, mma: str | None = None):
     return k
 
 
+class TcRows(NamedTuple):
+    """A side's rows quantised for the tensor-core filter (:func:`_tc_rows`)."""
+    rows: object  # the integers as bytes, zero padded to whole tiles and k-steps
+    rowbytes: int
+    qn2: object   # exact squared norms
+    u: object     # residual bounds
+    maps: dict    # mma form -> the rows' kernel operand, made once (tc_operand)
+
+
+def tc_operand(rows, mma: str | None = None):
+    """What a tile kernel in the ``mma`` form takes for quantised rows (:class:`TcRows`, or their bytes as a 2-d
+    uint8 array): the rows themselves (``mma``: every thread copies its share), or a tensor map of them
+    (``wgmma``: the tensor memory accelerator copies whole tiles; :mod:`.tensor_map`)."""
+    mma = mma or tc_mma()
+    if isinstance(rows, TcRows):
+        if mma not in rows.maps:
+            rows.maps[mma] = tc_operand(rows.rows, mma)
+        return rows.maps[mma]
+    return tensor_map.tile_map(rows) if mma == "wgmma" else rows
+
+
+def tc_products(fmt: str, a_rows, b_rows, P, Q, out, mma: str | None = None) -> None:
+    """out[k] = the raw tile products of tile pairs (P[k], Q[k]) of the quantised rows, float64 (one block a pair,
+    through the filter's staging): what the filter tests, for the tests and the fp16 check."""
+    mma = mma or tc_mma()
+    rowbytes = a_rows.rowbytes if isinstance(a_rows, TcRows) else a_rows.shape[1]
+    tc_kernel(f"tc_products_{'i8' if fmt == 'int8' else 'f16'}", mma)(
+        (len(P),), (BLOCK,), (tc_operand(a_rows, mma), tc_operand(b_rows, mma), np.int32(rowbytes), P, Q, out),
+        shared_mem=tc_smem_bytes(mma))
+
+
 def tc_filter_launch(fmt: str, a_rows, b_rows, P, Q, thresholds, selfjoin: bool, mma: str | None = None):
     """``launch(lo, hi, listed, room, cand, cand_pair)`` for :func:`listed_candidates`: the ``fmt`` tensor-core
     filter (``brute_tc_i8`` / ``_f16``, in the ``mma`` instructions' form) over tile pairs ``(P[k], Q[k])``,
-    ``lo <= k < hi``, of the quantised rows ``a_rows`` and ``b_rows`` (``_tc_rows``: bytes and row pitch first).
+    ``lo <= k < hi``, of the quantised rows ``a_rows`` and ``b_rows`` (:class:`TcRows`).
     ``thresholds``: the ``(X, Y)`` of :func:`tc_quant.thresholds`, or a callable giving them at each launch (the
     kNN filter's tighten as it runs)."""
+    mma = mma or tc_mma()
     product = tc_kernel(f"brute_tc_{'i8' if fmt == 'int8' else 'f16'}", mma)
     smem = tc_smem_bytes(mma)
-    xa, rowbytes = a_rows[:2]
+    xa, yb, rowbytes = tc_operand(a_rows, mma), tc_operand(b_rows, mma), a_rows.rowbytes
 
     def launch(lo, hi, listed, room, cand, cand_pair):
         tx, ty = thresholds() if callable(thresholds) else thresholds
         # the kernel reads a thread's two adjacent column thresholds as one 8-byte load
         assert ty.data.ptr % 8 == 0, "column thresholds must be 8-byte aligned"
         product((-(-(hi - lo) // TC_PAIRS_PER_BLOCK),), (BLOCK,), (
-            xa, b_rows[0], np.int32(rowbytes), P[lo:hi], Q[lo:hi], np.int64(hi - lo), tx, ty, np.int32(selfjoin),
+            xa, yb, np.int32(rowbytes), P[lo:hi], Q[lo:hi], np.int64(hi - lo), tx, ty, np.int32(selfjoin),
             np.int32(lo), listed, np.int64(room), cand, np.uint64(0) if cand_pair is None else cand_pair,
         ), shared_mem=smem)
     return launch
@@ -235,7 +267,7 @@ def _tc_rows(side: _Side, centre, S: float, L: int, fmt: str, tile: int, step: i
         r1 = min(side.n, r0 + step)
         q, qn2[r0:r1], u[r0:r1] = tc_quant.quantise(side.points[r0:r1] - centre, S, L, cp)
         rows[r0:r1, :d] = q  # integers of at most 12 bits: exact in either format
-    return rows.view(cp.uint8), int(dp * rows.itemsize), qn2, u
+    return TcRows(rows.view(cp.uint8), int(dp * rows.itemsize), qn2, u, {})
 
 
 def _spread(x, centre, step: int = 1 << 16) -> float:

@@ -40,10 +40,12 @@ typedef unsigned int u32;
 // the wgmma kernels' stages: NSTAGES A slots and B stages of 16 KiB, and 1 KiB to align them to the swizzle's
 // 1,024-byte period
 #define WG_STAGES (2 * NSTAGES * TILE * 128 + 1024)
+// the wgmma kernels' stage barriers after their stages: NSTAGES mbarriers (8 bytes) and NSTAGES release counts
+#define WG_BARRIERS 64
 // candidates each warp of a wgmma filter gathers in shared memory (12 bytes each) before it appends them to the list
 #define WARP_LIST 128
 // dynamic shared memory of the wgmma kernels (brute_gpu.TC_WG_SMEM_BYTES mirrors it): two blocks an SM
-#define WG_SMEM (WG_STAGES + (THREADS / 32) * WARP_LIST * 12)
+#define WG_SMEM (WG_STAGES + WG_BARRIERS + (THREADS / 32) * WARP_LIST * 12)
 // tile pairs per block of the filter (brute_gpu.TC_PAIRS_PER_BLOCK mirrors it); 32 against 16: uniform 1M x 128 int8
 // counted in 0.278 s against 0.296 s (H200, session 25)
 #define PAIRS_PER_BLOCK 32
@@ -91,13 +93,13 @@ __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], unsigned a) {  // a: a 
 
 struct MmaSync {
     static constexpr int R = 4, C = 16, SLOT = TILE * LDS;
+    static constexpr bool BULK = false;  // staged by every thread's cp.async, a block barrier an item
     static constexpr bool PAIRED = false;  // the filter's column thresholds loaded one at a time (paired: spills)
     static constexpr bool GATHERED = false;  // candidates appended at once (no shared memory left for WARP_LIST)
     __device__ static int row0() { return ((threadIdx.x >> 5) >> 1) * 32; }
     __device__ static int col0() { return ((threadIdx.x >> 5) & 1) * 64; }
     __device__ static unsigned char* base(unsigned char* stages) { return stages; }
     __device__ static int at(int r, int v) { return r * LDS + v * 16; }  // 16-byte vector v of row r
-    __device__ static void landed() {}
     template <typename Acc>
     __device__ static void settle(Acc*) {}  // mma.sync's products are in the registers when `product` returns
 
@@ -182,6 +184,7 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned addr) {
 
 struct Wgmma {
     static constexpr int R = 2, C = 32, SLOT = TILE * 128;
+    static constexpr bool BULK = true;  // staged by the tensor memory accelerator (BulkStager)
     static constexpr bool PAIRED = true;  // two at a time
     static constexpr bool GATHERED = true;  // gathered by each warp first (WARP_LIST)
     __device__ static int row0() { const int w = threadIdx.x >> 5; return (w >> 2) * 64 + (w & 3) * 16; }
@@ -191,9 +194,6 @@ struct Wgmma {
         return stages + (((s + 1023u) & ~1023u) - s);
     }
     __device__ static int at(int r, int v) { return r * 128 + ((v ^ (r & 7)) << 4); }
-    // cp.async writes through the generic proxy, wgmma reads through the async proxy: each thread's landed
-    // copies are made visible to the latter before the barrier that hands them to both warpgroups
-    __device__ static void landed() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
     // acc (+)= the products of one staged chunk of w bytes (A rows at sA: this warpgroup's 64; B rows at sB),
     // fresh if `fresh`: issued here, awaited by `settle`, the caller's loads in between.  Two blocks an SM overlap
@@ -299,6 +299,137 @@ struct Stager {
     __device__ __forceinline__ const unsigned char* b(int st) const { return bslots + st * M::SLOT; }
 };
 
+// Hopper's staging (Wgmma): each stage filled by the tensor memory accelerator, one bulk copy a tile chunk of 128
+// rows x 128 bytes, which writes it in the 128-byte swizzle wgmma reads (the tensor maps of the rows: brute_gpu.
+// tc_operand; a chunk past the row's end reads zeros) and completes on the stage's mbarrier.  No thread copies, no
+// block barrier: a warp waits for the stage it needs and, once its products of it are formed, counts itself out of
+// it; the eighth warp out stages the item NSTAGES on into it.  So warps drift apart by up to NSTAGES - 1 items (a
+// warp listing candidates holds no one up until then), where the block barrier of the cp.async form held every
+// warp to every item, and the ~100 instructions a warp spent staging and waiting each tile pair are gone
+// (Nsight Compute, session 25: the barrier the largest stall, the kernel bound by issue).
+// A slots as in Stager; a new run's slot last served the run three before, whose items were all counted out
+// before the stage of item it - 3 was (each warp goes in order), which is what the staging of item it waits for.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+typedef unsigned long long u64;
+__device__ __forceinline__ unsigned smem_at(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(u64* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_at(bar)), "r"(count) : "memory");
+}
+// the one arrival a stage's phase waits for, with the bytes its copies will bring
+__device__ __forceinline__ void mbar_expect(u64* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_at(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u64* bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(smem_at(bar)), "r"(parity) : "memory");
+    } while (!done);
+}
+// 128 rows from `row`, bytes k0 .. k0 + 127 of each, of the tensor map at `map` (in global memory) into dst
+__device__ __forceinline__ void bulk_tile(unsigned char* dst, const void* map, int k0, int row, u64* bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"(smem_at(dst)), "l"(map), "r"(k0), "r"(row), "r"(smem_at(bar)) : "memory");
+}
+// one more warp out of a stage; the count before (acq_rel: the warps' reads before it, the copy after the last)
+__device__ __forceinline__ unsigned count_out(unsigned* count) {
+    unsigned before;
+    asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;\n" : "=r"(before) : "r"(smem_at(count)) : "memory");
+    return before;
+}
+
+template <typename M>
+struct BulkStager {
+    unsigned char* aslots;
+    unsigned char* bslots;
+    u64* full;        // NSTAGES mbarriers: stage s's copies landed
+    unsigned* out;    // NSTAGES counts of warps out of a stage, never reset (the eighth of each eight stages it)
+    const void* mapA;
+    const void* mapB;
+    int rowbytes, nk;
+    const i64* __restrict__ P;
+    const i64* __restrict__ Q;
+    int items, next, next_kc, next_st;
+    i64 next_k, np, nq;
+    int run;
+    unsigned aslot;
+    i64 last_tp;
+
+    __device__ __forceinline__ BulkStager(unsigned char* base, unsigned char* barriers, const void* mapA_,
+                                          const void* mapB_, int rowbytes_, const i64* P_, const i64* Q_, i64 first_,
+                                          i64 end)
+        : aslots(base), bslots(base + NSTAGES * M::SLOT), full(reinterpret_cast<u64*>(barriers)),
+          out(reinterpret_cast<unsigned*>(barriers + NSTAGES * 8)), mapA(mapA_), mapB(mapB_), rowbytes(rowbytes_),
+          nk((rowbytes_ + KB - 1) / KB), P(P_), Q(Q_), items((int)(end - first_) * nk), next(0), next_kc(0),
+          next_st(0), next_k(first_), np(P_[first_]), nq(Q_[first_]), run(-1), aslot(0), last_tp(-1) {
+        if (threadIdx.x == 0) {
+            for (int s = 0; s < NSTAGES; ++s) { mbar_init(full + s, 1); out[s] = 0; }
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+            // the maps were written by a copy from the host: ordered before the copies that read them
+            asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(mapA) : "memory");
+            asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(mapB) : "memory");
+        }
+        __syncthreads();
+    }
+
+    // every thread keeps the count (which A slot each stage's item reads); `issue`: this thread also copies
+    __device__ __forceinline__ void stage_next(bool issue) {
+        if (next < items) {
+            const bool new_a = nk > 1 || np != last_tp;
+            if (new_a) {
+                run = run + 1 == NSTAGES ? 0 : run + 1;
+                last_tp = np;
+            }
+            if (issue) {
+                const int k0 = next_kc * KB;
+                mbar_expect(full + next_st, (new_a ? 2u : 1u) * TILE * 128);
+                if (new_a) bulk_tile(aslots + run * M::SLOT, mapA, k0, (int)(np * TILE), full + next_st);
+                bulk_tile(bslots + next_st * M::SLOT, mapB, k0, (int)(nq * TILE), full + next_st);
+            }
+            aslot = (aslot & ~(3u << (2 * next_st))) | ((unsigned)run << (2 * next_st));
+        }
+        ++next;
+        if (++next_st == NSTAGES) next_st = 0;
+        if (++next_kc == nk) {
+            next_kc = 0;
+            if (next < items) { ++next_k; np = P[next_k]; nq = Q[next_k]; }
+        }
+    }
+    __device__ __forceinline__ const unsigned char* a(int st) const { return aslots + ((aslot >> (2 * st)) & 3u) * M::SLOT; }
+    __device__ __forceinline__ const unsigned char* b(int st) const { return bslots + st * M::SLOT; }
+};
+
+template <typename M, typename Acc, typename Visit>
+__device__ __forceinline__ void tile_products_bulk(const void* mapA, const void* mapB, int rowbytes,
+                                                   const i64* __restrict__ P, const i64* __restrict__ Q, i64 first,
+                                                   i64 end, Visit& visit) {
+    extern __shared__ __align__(16) unsigned char stages[];
+    if (end <= first) return;
+    BulkStager<M> stage(M::base(stages), stages + WG_STAGES, mapA, mapB, rowbytes, P, Q, first, end);
+    Acc acc[64];
+#pragma unroll
+    for (int s = 0; s < NSTAGES; ++s) stage.stage_next(threadIdx.x == 0);
+    const int lane = threadIdx.x & 31;
+    int st = 0, kc = 0;
+    unsigned phase = 0;  // of item it's stage: flips each time the stages come round
+    i64 pair = first;
+    for (int it = 0; it < stage.items; ++it) {
+        mbar_wait(stage.full + st, phase);
+        const bool last = kc == stage.nk - 1;
+        M::product(stage.a(st), stage.b(st), min(KB, rowbytes - kc * KB), kc == 0, acc);
+        if (last) visit.prefetch(pair);  // while the products are formed
+        M::settle(acc);
+        __syncwarp();
+        bool issue = false;
+        if (lane == 0) issue = count_out(stage.out + st) % (THREADS / 32) == THREADS / 32 - 1;
+        stage.stage_next(issue);  // item it + NSTAGES, into stage st
+        if (last) visit(pair, acc);
+        if (++st == NSTAGES) { st = 0; phase ^= 1u; }
+        if (++kc == stage.nk) { kc = 0; ++pair; }
+    }
+}
+#endif
+
 // The tile products of pairs first .. end - 1 of (P, Q), one after another, each handed to visit(k, acc), after
 // visit.prefetch(k) while the products are formed (a Visit provides both):
 // items staged NSTAGES deep, so that the copies of the next two are in flight while this item's products and
@@ -307,6 +438,12 @@ template <typename M, typename Acc, typename Visit>
 __device__ __forceinline__ void tile_products(const unsigned char* __restrict__ X, const unsigned char* __restrict__ Y,
                                               int rowbytes, const i64* __restrict__ P, const i64* __restrict__ Q,
                                               i64 first, i64 end, Visit& visit) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if constexpr (M::BULK) {  // X and Y are the rows' tensor maps
+        tile_products_bulk<M, Acc>(X, Y, rowbytes, P, Q, first, end, visit);
+        return;
+    }
+#endif
     extern __shared__ __align__(16) unsigned char stages[];
     if (end <= first) return;
     Stager<M> stage(M::base(stages), X, Y, rowbytes, P, Q, first, end);
@@ -317,7 +454,6 @@ __device__ __forceinline__ void tile_products(const unsigned char* __restrict__ 
     i64 pair = first;    // and pair
     for (int it = 0; it < stage.items; ++it) {
         cp_async_wait<NSTAGES - 2>();
-        M::landed();
         __syncthreads();  // item it staged for every thread; every warp done with item it - 1's stage
         stage.stage_next();
         const bool last = kc == stage.nk - 1;
@@ -497,8 +633,9 @@ __device__ __forceinline__ void filter_range(FILTER_ARGS(Acc)) {
     Filter<M, Acc> visit{P, Q, tx, ty, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair};
     if constexpr (M::GATHERED) {  // after the stages: each warp's rows and columns, then each warp's tile pairs
         const int warp = threadIdx.x >> 5;
-        visit.gathered = reinterpret_cast<int2*>(stages + WG_STAGES) + warp * WARP_LIST;
-        visit.gathered_pair = reinterpret_cast<int*>(stages + WG_STAGES + (THREADS / 32) * WARP_LIST * 8) + warp * WARP_LIST;
+        unsigned char* const lists = stages + WG_STAGES + WG_BARRIERS;
+        visit.gathered = reinterpret_cast<int2*>(lists) + warp * WARP_LIST;
+        visit.gathered_pair = reinterpret_cast<int*>(lists + (THREADS / 32) * WARP_LIST * 8) + warp * WARP_LIST;
     }
     const i64 first = blockIdx.x * (i64)PAIRS_PER_BLOCK;
     tile_products<M, Acc>(X, Y, rowbytes, P, Q, first, min(first + (i64)PAIRS_PER_BLOCK, npairs), visit);
