@@ -195,8 +195,10 @@ struct Wgmma {
     }
     __device__ static int at(int r, int v) { return r * 128 + ((v ^ (r & 7)) << 4); }
 
-    // acc (+)= the products of one staged chunk of w bytes (A rows at sA: this warpgroup's 64; B rows at sB),
-    // fresh if `fresh`: issued here, awaited by `settle`, the caller's loads in between.  Two blocks an SM overlap
+    // acc (+)= the products of one staged chunk (A rows at sA: this warpgroup's 64; B rows at sB), fresh if `fresh`:
+    // issued here, awaited by `settle`, the caller's loads in between.  Always the whole KB bytes: the bulk copy
+    // fills a chunk past the rows' end with zeros, whose products add nothing (a guard on the chunk's width w cost a
+    // branch and an injected warpgroup.arrive a k-step, and a dummy wgmma to carry the commit).  Two blocks an SM overlap
     // one's products with the other's filter.  A pipelined form (the next pair's products issued into a second set
     // of 64 accumulators before this pair's filter, one block an SM) was measured slower: 375 TOPS against 519 on
     // uniform 1M x 128 int8, H200 (session 24).
@@ -208,11 +210,10 @@ struct Wgmma {
         const unsigned long long da = wg_desc((unsigned)__cvta_generic_to_shared(sA) + (threadIdx.x >> 7) * 64 * 128);
         const unsigned long long db = wg_desc((unsigned)__cvta_generic_to_shared(sB));
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-        // unrolled to KB with the width as a guard (in a pipelined form, a loop over a run-time count of steps had
-        // made ptxas serialise every wgmma: message C7514; an unguarded copy for whole chunks injected more fences)
+        // unrolled (in a pipelined form, a loop over a run-time count of steps had made ptxas serialise every
+        // wgmma: message C7514)
 #pragma unroll
-        for (int kk = 0; kk < KB; kk += 32)
-            if (kk < w) wgmma_tile(acc, da + (kk >> 4), db + (kk >> 4), !(fresh && kk == 0));
+        for (int kk = 0; kk < KB; kk += 32) wgmma_tile(acc, da + (kk >> 4), db + (kk >> 4), !(fresh && kk == 0));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     }
     // the products issued by `product` awaited: the caller's loads in between (the visit's thresholds) overlap them
