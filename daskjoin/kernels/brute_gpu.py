@@ -146,7 +146,7 @@ TC_SMEM_BYTES = 3 * 2 * 128 * 144
 #: (cuda/brute_tc.cu: WG_SMEM)
 TC_WG_SMEM_BYTES = 2 * 3 * 128 * 128 + 1024 + 64 + 8 * 128 * 12
 #: tile pairs filtered one after another by one block (cuda/brute_tc.cu: PAIRS_PER_BLOCK)
-TC_PAIRS_PER_BLOCK = 32
+TC_PAIRS_PER_BLOCK = 64
 
 
 #: the tensor-core instructions of the filter: ``wgmma`` (Hopper's warpgroup products straight from shared

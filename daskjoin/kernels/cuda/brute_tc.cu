@@ -47,8 +47,9 @@ typedef unsigned int u32;
 // dynamic shared memory of the wgmma kernels (brute_gpu.TC_WG_SMEM_BYTES mirrors it): two blocks an SM
 #define WG_SMEM (WG_STAGES + WG_BARRIERS + (THREADS / 32) * WARP_LIST * 12)
 // tile pairs per block of the filter (brute_gpu.TC_PAIRS_PER_BLOCK mirrors it); 32 against 16: uniform 1M x 128 int8
-// counted in 0.278 s against 0.296 s (H200, session 25)
-#define PAIRS_PER_BLOCK 32
+// counted in 0.278 s against 0.296 s (H200, session 25); 64 against 32 once staged in bulk: the kernel 777-784 TOPS
+// against 756-760, the count the same (H100, session 26)
+#define PAIRS_PER_BLOCK 64
 
 template <typename T> struct Two;
 template <> struct Two<int> { typedef int2 type; };
