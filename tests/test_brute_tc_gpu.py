@@ -235,12 +235,12 @@ def test_candidate_lists_too_small_for_a_range_are_rerun_with_room_for_all(fmt, 
     launches, lists = [], []
     original = brute_gpu.listed_candidates
 
-    def counting(launch, npairs, room, per_pair=False):
+    def counting(launch, npairs, room, per_pair=False, first=0):
         def counted(*args):
             launches.append(args[1] - args[0])
             return launch(*args)
 
-        for item in original(counted, npairs, room, per_pair):
+        for item in original(counted, npairs, room, per_pair, first):
             lists.append(item[2])
             yield item
 
@@ -254,6 +254,29 @@ def test_candidate_lists_too_small_for_a_range_are_rerun_with_room_for_all(fmt, 
     assert max(lists) > 1000 and len(launches) > len(lists)  # a list overflowed and its range ran again
     assert launches[0] == launches[1]  # ... whole, with room for all its candidates
     assert join._candidates >= min(brute_gpu.CANDIDATES_MAX, 2 * max(lists))  # the largest guess is kept
+
+
+@pytest.mark.parametrize("fmt", FILTERS)
+@pytest.mark.parametrize("batch", [7, 1 << 18])
+def test_tensor_core_count_over_ranges_with_lists_that_overflow(fmt, batch):
+    """The count's ranges share one launcher and one device counter: many ranges, a first guess of 1,000
+    candidates that overflows (rerun) and one that holds: the oracle's count each time, and the pairs' count."""
+    from daskjoin.kernels import brute_gpu
+
+    rng = np.random.default_rng(14)
+    x = rng.exponential(1 / 40, size=(4000, 40)).astype(np.float32)
+    eps = float(np.quantile(np.sqrt(((x[:300, None] - x[None, :300]) ** 2).sum(-1)), 0.05))
+    want = len(oracle_self_pairs(x, eps)[0])
+    b = x[::3] + 0.002
+    want_cross = len(oracle_cross_pairs(x, b, eps)[0])
+    for room in (1000, 1 << 22):
+        join = brute_gpu.GpuBruteJoin(x, None, eps, filter=fmt)
+        join.batch, join._candidates = batch, room
+        assert len(join._ranges()) > 1 or batch > 7
+        assert join.count() == want == len(join.pairs()[0])
+        cross = brute_gpu.GpuBruteJoin(x, b, eps, filter=fmt)
+        cross.batch, cross._candidates = batch, room
+        assert cross.count() == want_cross
 
 
 @pytest.mark.parametrize("cap", [3000, 100_000])

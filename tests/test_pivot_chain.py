@@ -1,4 +1,5 @@
-"""The compiled pivot chain (kernels/pivot_chain.py) makes the Python loop's choices, tie for tie."""
+"""The pivot chain makes the Python loop's choices, tie for tie: compiled for the CPU (kernels/pivot_chain.py, the
+reference) and on the device (cuda/chain.cu, which brute_gpu.pivot_order runs; marked gpu)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from daskjoin.kernels.gpu_common import gpu_available
 from daskjoin.kernels.pivot_chain import greedy_chain
 
 
@@ -45,3 +47,34 @@ def test_chain_equals_the_python_loop(m, kind):
 def test_chain_on_small_integer_distances(m, seed):
     dist = np.random.default_rng(seed).integers(-2, 3, (m, m)).astype(np.float32)
     np.testing.assert_array_equal(greedy_chain(dist), python_chain(dist))
+
+
+def _matrix(m, kind, seed):
+    rng = np.random.default_rng(seed)
+    dist = rng.random((m, m)).astype(np.float32)
+    if kind == "ties":
+        dist = rng.integers(0, 3, (m, m)).astype(np.float32)
+    elif kind == "inf":
+        dist[rng.random((m, m)) < 0.5] = np.inf
+    elif kind == "all-inf":  # every row inf past the first steps: the chain revisits pivot 0
+        dist[:, m // 2:] = np.inf
+        dist[m // 3:, :] = np.inf
+    elif kind == "nan":
+        dist[rng.random((m, m)) < 0.1] = np.nan
+    elif kind == "signed":  # float32 products can leave small negative squared distances, and -0
+        dist = rng.integers(-2, 3, (m, m)).astype(np.float32)
+        dist[dist == 0] = -0.0
+    return dist
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")
+@pytest.mark.parametrize("m", [1, 2, 3, 31, 33, 1025, 4096])
+@pytest.mark.parametrize("kind", ["random", "ties", "inf", "all-inf", "nan", "signed"])
+def test_device_chain_equals_the_compiled_one(m, kind):
+    import cupy as cp
+
+    from daskjoin.kernels.brute_gpu import device_chain
+
+    dist = _matrix(m, kind, m)
+    np.testing.assert_array_equal(device_chain(cp.asarray(dist)).get(), greedy_chain(dist))

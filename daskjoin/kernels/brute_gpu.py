@@ -37,11 +37,11 @@ from .exact import NORM_FLOOR, eps_squared, error_constants
 from .gpu_common import (cupy, device_budget_bytes, feature_arch, kernel, sort_room, sorted_on_device, sorted_to_host,
                          specific_ready, to_host)
 from .grid_gpu import device_bounds, on_device, to_device64
-from .pivot_chain import greedy_chain
 from .registry import bounded_ranges, split_batch, transfer_pairs
 from .shares import check_share
 
 BLOCK = 256
+CHAIN_THREADS = 1024  # cuda/chain.cu: one block walks the pivot chain
 #: the filters: "fp32" (SGEMM on the CUDA cores) or the tensor cores on rows quantised to integers
 FILTERS = ("auto", "fp32") + tuple(tc_quant.FORMATS)
 TC_TILE = 128  # rows per tile of cuda/brute_tc.cu (one block per tile pair)
@@ -61,12 +61,12 @@ def pivot_order(x, tile: int):
         return cp.arange(n, dtype=cp.int64)
     origin = x[0]
     pivots = (x[:: max(1, n // m)][:m] - origin).astype(cp.float32)
-    # chain the pivots greedily (each next pivot is the nearest unvisited one)
+    # chain the pivots greedily (each next pivot is the nearest unvisited one), on the device
     pnorm = (pivots * pivots).sum(axis=1)
-    dist = (pnorm[:, None] + pnorm[None, :] - 2.0 * (pivots @ pivots.T)).get()
-    chain = greedy_chain(dist)
+    dist = cp.ascontiguousarray(pnorm[:, None] + pnorm[None, :] - 2.0 * (pivots @ pivots.T))
+    chain = device_chain(dist)
     rank = cp.full(m, m, cp.int64)  # a pivot the chain never reached (all-inf rows revisit one) sorts last
-    rank[cp.asarray(chain)] = cp.arange(m, dtype=cp.int64)
+    rank[chain] = cp.arange(m, dtype=cp.int64)
     # the nearest pivot maximises x.p - |p|^2 / 2: one product of rows widened by a column of ones against
     # pivots widened by -|p|^2 / 2, then argmax (no temporaries the size of the product)
     d = x.shape[1]
@@ -79,6 +79,17 @@ def pivot_order(x, tile: int):
         rows[:r1 - r0, :d] = x[r0:r1] - origin
         nearest[r0:r1] = cp.argmax(rows[:r1 - r0] @ widened.T, axis=1)
     return cp.argsort(rank[nearest], kind="stable").astype(cp.int64)
+
+
+def device_chain(dist):
+    """``pivot_chain.greedy_chain`` of the device float32 matrix ``dist`` (m x m), computed on the device
+    (``cuda/chain.cu``: one block; the same choices, tie for tie), as a device int64 array."""
+    cp = cupy()
+    m = int(dist.shape[0])
+    chain = cp.empty(m, cp.int64)
+    if m:
+        kernel("chain.cu", "greedy_chain")((1,), (CHAIN_THREADS,), (dist, np.int32(m), chain), shared_mem=m)
+    return chain
 
 
 class _Side:
@@ -237,9 +248,11 @@ def tc_filter_launch(fmt: str, a_rows, b_rows, P, Q, thresholds, selfjoin: bool,
     mma = mma or tc_mma()
     product = tc_kernel(f"brute_tc_{'i8' if fmt == 'int8' else 'f16'}", mma)
     smem = tc_smem_bytes(mma)
-    xa, yb, rowbytes = tc_operand(a_rows, mma), tc_operand(b_rows, mma), a_rows.rowbytes
+    rowbytes = a_rows.rowbytes
 
     def launch(lo, hi, listed, room, cand, cand_pair):
+        # the rows' operands made at the first launch (kept in the TcRows): none for a launcher never run
+        xa, yb = tc_operand(a_rows, mma), tc_operand(b_rows, mma)
         tx, ty = thresholds() if callable(thresholds) else thresholds
         # the kernel reads a thread's two adjacent column thresholds as one 8-byte load
         assert ty.data.ptr % 8 == 0, "column thresholds must be 8-byte aligned"
@@ -276,8 +289,8 @@ def _spread(x, centre, step: int = 1 << 16) -> float:
     return max((float(cp.abs(x[r0:r0 + step] - centre).max()) for r0 in range(0, x.shape[0], step)), default=0.0)
 
 
-def listed_candidates(launch, npairs: int, room: int, per_pair: bool = False):
-    """The tensor-core filter's candidates of tile pairs ``[0, npairs)``, a range at a time.
+def listed_candidates(launch, npairs: int, room: int, per_pair: bool = False, first: int = 0):
+    """The tensor-core filter's candidates of tile pairs ``[first, npairs)``, a range at a time.
 
     ``launch(lo, hi, listed, room, cand, cand_pair)`` runs the filter over tile pairs ``[lo, hi)`` into
     lists of ``room`` entries.  Yields ``(cand, cand_pair, count, room)`` for each range whose candidates
@@ -285,7 +298,7 @@ def listed_candidates(launch, npairs: int, room: int, per_pair: bool = False):
     more is halved; a launch that overflowed its lists is rerun with room for all).
     """
     cp = cupy()
-    ranges = [(0, int(npairs), 0)]  # (first, end, room needed: 0 when not yet known)
+    ranges = [(int(first), int(npairs), 0)]  # (first, end, room needed: 0 when not yet known)
     while ranges:
         lo, hi, need = ranges.pop()
         size = max(1, need or min(room, CANDIDATES_MAX))
@@ -518,12 +531,17 @@ class GpuBruteJoin:
         Candidates of a range are listed on the device (:func:`listed_candidates`) and decided by
         ``brute_tc_exact_*``, which appends accepted pairs as ``brute_filter`` does.
         """
-        per_pair = pair_counts is not None
         launch = tc_filter_launch(self.filter, self.A.tc, self.B.tc, P, Q, self.thresholds, self.selfjoin)
+        self._decide_tc(launch, 0, int(P.shape[0]), pair_counts, counter, capacity, oi, oj, od)
+        return int(counter.get()[0])
+
+    def _decide_tc(self, launch, lo: int, hi: int, pair_counts, counter, capacity, oi, oj, od) -> None:
+        """The candidates of tile pairs [lo, hi) of ``launch`` listed, then decided in float64 into ``counter``
+        (and the first ``capacity`` pairs into oi, oj, od): queued on the device, the counter not read."""
+        per_pair = pair_counts is not None
         decide = kernel("brute_tc.cu", f"brute_tc_exact_{'f32' if self.A.points.dtype == np.float32 else 'f64'}",
                         specific=True)  # the module the filter's kernels come from: compiled once
-        for cand, cand_pair, count, self._candidates in listed_candidates(launch, int(P.shape[0]), self._candidates,
-                                                                          per_pair):
+        for cand, cand_pair, count, self._candidates in listed_candidates(launch, hi, self._candidates, per_pair, lo):
             if count:
                 blocks = int(min(-(-count // BLOCK), 1 << 16))
                 decide((blocks,), (BLOCK,), (
@@ -532,7 +550,6 @@ class GpuBruteJoin:
                     counter, pair_counts if per_pair else counter, np.int32(per_pair), np.int64(capacity), oi, oj, od,
                 ))
             del cand, cand_pair  # freed before the next lists are made
-        return int(counter.get()[0])
 
     def _sorted(self, oi, oj, od, found: int):
         """The first ``found`` pairs, sorted by (i, j): deterministic whatever order the atomics gave."""
@@ -620,7 +637,22 @@ class GpuBruteJoin:
         return [(lo, min(lo + self.batch, total)) for lo in range(0, total, self.batch)]
 
     def count(self) -> int:
-        return sum(self._batch(lo, hi, True)[0] for lo, hi in self._ranges())
+        if self.filter == "fp32":
+            return sum(self._batch(lo, hi, True)[0] for lo, hi in self._ranges())
+        # the tensor-core filters: one launcher and one device counter for every range, read once at the end (a
+        # count read after each range's decisions had the host wait on the device twice a range: 117 ranges on
+        # 1M rows)
+        ranges = self._ranges()
+        if not ranges:  # no tile pair (an empty side): no rows to map for the kernel either
+            return 0
+        cp = cupy()
+        counter = cp.zeros(1, cp.uint64)
+        nothing = cp.empty(1, cp.int64)
+        launch = tc_filter_launch(self.filter, self.A.tc, self.B.tc, self.pairs_p, self.pairs_q, self.thresholds,
+                                  self.selfjoin)
+        for lo, hi in ranges:
+            self._decide_tc(launch, lo, hi, None, counter, 0, nothing, nothing, cp.empty(1, cp.float32))
+        return int(counter.get()[0])
 
     def _device_parts(self, max_pairs: int | None = None):
         for lo, hi in self._ranges():

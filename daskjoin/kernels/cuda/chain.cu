@@ -1,0 +1,73 @@
+// The greedy chain of pivots behind the GPU brute force's locality order (brute_gpu.pivot_order), on the device:
+// from pivot 0, each next pivot is the nearest one not yet visited, chosen as numpy's argmin of the current row
+// with the visited columns at +inf picks (the first NaN if the row has one, else the first smallest value), so the
+// chain is pivot_chain.greedy_chain's, tie for tie.  One block walks the m steps; each step its threads take the
+// smallest of their columns and the block reduces those (warp shuffles, then one warp over the warps' results).
+// On the host the chain cost the distances' transfer (64 MB at 4,096 pivots) and a compiled loop, ~60 ms a
+// tensor-core driver on 1M rows (H200, session 25); here a few milliseconds.
+
+#define CHAIN_THREADS 1024
+
+typedef long long i64;
+
+// (class, value, column): class 0 a NaN (first wins), 1 a number or +inf; the lexicographic smallest is argmin's pick
+struct Pick {
+    int cls;
+    float v;
+    int j;
+};
+
+__device__ __forceinline__ bool before(const Pick& a, const Pick& b) {
+    if (a.cls != b.cls) return a.cls < b.cls;
+    if (a.cls == 1 && a.v != b.v) return a.v < b.v;
+    return a.j < b.j;
+}
+
+__device__ __forceinline__ Pick shfl_down(const Pick& p, int off) {
+    return Pick{__shfl_down_sync(0xffffffffu, p.cls, off), __shfl_down_sync(0xffffffffu, p.v, off),
+                __shfl_down_sync(0xffffffffu, p.j, off)};
+}
+
+// dist: m x m, row-major, float32; chain: m entries.  Launched as one block of CHAIN_THREADS threads with m bytes of
+// dynamic shared memory (the visited flags).
+extern "C" __global__ void __launch_bounds__(CHAIN_THREADS) greedy_chain(const float* __restrict__ dist, int m,
+                                                                        i64* __restrict__ chain) {
+    extern __shared__ unsigned char visited[];
+    __shared__ Pick warp_best[CHAIN_THREADS / 32];
+    __shared__ int next;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int j = threadIdx.x; j < m; j += blockDim.x) visited[j] = 0;
+    __syncthreads();
+    int current = 0;
+    for (int t = 0; t < m; ++t) {
+        if (threadIdx.x == 0) {
+            chain[t] = current;
+            visited[current] = 1;
+        }
+        __syncthreads();
+        if (t + 1 == m) break;
+        const float* row = dist + (i64)current * m;
+        Pick best{2, 0.0f, m};  // worse than any column
+        for (int j = threadIdx.x; j < m; j += blockDim.x) {
+            const float d = row[j];
+            const Pick p = visited[j] ? Pick{1, __int_as_float(0x7f800000), j} : (isnan(d) ? Pick{0, 0.0f, j} : Pick{1, d, j});
+            if (before(p, best)) best = p;
+        }
+        for (int off = 16; off > 0; off >>= 1) {
+            const Pick o = shfl_down(best, off);
+            if (before(o, best)) best = o;
+        }
+        if (lane == 0) warp_best[warp] = best;
+        __syncthreads();
+        if (warp == 0) {
+            best = lane < (int)(blockDim.x >> 5) ? warp_best[lane] : Pick{2, 0.0f, m};
+            for (int off = 16; off > 0; off >>= 1) {
+                const Pick o = shfl_down(best, off);
+                if (before(o, best)) best = o;
+            }
+            if (lane == 0) next = best.j;
+        }
+        __syncthreads();
+        current = next;
+    }
+}
