@@ -19,7 +19,8 @@
 //   reads from shared memory, rows padded to 144 bytes so that the fragment loads hit 32 distinct banks.
 // - Wgmma, Hopper (sm_90a) only: 2 warpgroups, each a 64 x 128 block by wgmma.mma_async straight from
 //   shared memory (no fragment loads through registers: ldmatrix read each staged byte 2 to 8 times), rows
-//   of 128 bytes in the 128-byte swizzle that wgmma reads (16-byte vector v of row r at v ^ (r mod 8)).
+//   of 128 bytes in the 128-byte swizzle that wgmma reads (16-byte vector v of row r at v ^ (r mod 8)), staged
+//   by bulk tensor copies from tensor maps of the rows (BulkStager; X and Y are then the maps, not the rows).
 // The fp16 and int8 instructions read the same bytes of A, B and write the same accumulator layout
 // (PTX ISA, "Matrix Fragments for mma.m16n8k16 / m16n8k32" and the wgmma D fragments), so one body serves
 // both; each thread holds 64 products, R rows x C columns in m16n8 fragment order (acc_at).
