@@ -21,11 +21,11 @@ def _count_calls():
     """Wrap the candidate lister and the filter so that each call is counted."""
     listed, filtered = bg.listed_candidates, GpuBruteJoin._filter
 
-    def counting_lister(launch, npairs, room, per_pair=False):
+    def counting_lister(launch, npairs, room, per_pair=False, first=0):
         def counted(*args):
             STATS["launch"] += 1
             return launch(*args)
-        return listed(counted, npairs, room, per_pair)
+        return listed(counted, npairs, room, per_pair, first)
 
     def counting_filter(self, *args, **kwargs):
         STATS["filter"] += 1

@@ -64,17 +64,38 @@ def _matrix(m, kind, seed):
     elif kind == "signed":  # float32 products can leave small negative squared distances, and -0
         dist = rng.integers(-2, 3, (m, m)).astype(np.float32)
         dist[dist == 0] = -0.0
+    elif kind == "subnormal":  # below float32's normal range, where a flush-to-zero comparison would tie them
+        dist = (rng.integers(0, 4, (m, m)) * 1e-40 - rng.integers(0, 2, (m, m)) * 2e-45).astype(np.float32)
     return dist
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")
 @pytest.mark.parametrize("m", [1, 2, 3, 31, 33, 1025, 4096])
-@pytest.mark.parametrize("kind", ["random", "ties", "inf", "all-inf", "nan", "signed"])
+@pytest.mark.parametrize("kind", ["random", "ties", "inf", "all-inf", "nan", "signed", "subnormal"])
 def test_device_chain_equals_the_compiled_one(m, kind):
     import cupy as cp
 
     from daskjoin.kernels.brute_gpu import device_chain
 
     dist = _matrix(m, kind, m)
-    np.testing.assert_array_equal(device_chain(cp.asarray(dist)).get(), greedy_chain(dist))
+    want = greedy_chain(dist)
+    rank = np.full(m, m, np.int64)
+    rank[want] = np.arange(m)  # numpy: the last write wins where the chain revisits a pivot
+    chain, got_rank = device_chain(cp.asarray(dist))
+    np.testing.assert_array_equal(chain.get(), want)
+    np.testing.assert_array_equal(got_rank.get(), rank)
+    if kind == "subnormal" and m > 2:
+        assert np.unique(dist[dist != 0]).size > 1  # distinct subnormals the chain must tell apart
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")
+def test_device_chain_refuses_what_it_cannot_read():
+    import cupy as cp
+
+    from daskjoin.kernels.brute_gpu import device_chain
+
+    for bad in (cp.zeros((3, 4), cp.float32), cp.zeros((4, 4), cp.float64), cp.zeros((4, 8), cp.float32)[:, ::2]):
+        with pytest.raises(ValueError, match="C-contiguous square float32"):
+            device_chain(bad)

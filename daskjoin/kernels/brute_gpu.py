@@ -64,9 +64,7 @@ def pivot_order(x, tile: int):
     # chain the pivots greedily (each next pivot is the nearest unvisited one), on the device
     pnorm = (pivots * pivots).sum(axis=1)
     dist = cp.ascontiguousarray(pnorm[:, None] + pnorm[None, :] - 2.0 * (pivots @ pivots.T))
-    chain = device_chain(dist)
-    rank = cp.full(m, m, cp.int64)  # a pivot the chain never reached (all-inf rows revisit one) sorts last
-    rank[chain] = cp.arange(m, dtype=cp.int64)
+    _, rank = device_chain(dist)  # a pivot the chain never reached (all-inf rows revisit one) sorts last
     # the nearest pivot maximises x.p - |p|^2 / 2: one product of rows widened by a column of ones against
     # pivots widened by -|p|^2 / 2, then argmax (no temporaries the size of the product)
     d = x.shape[1]
@@ -82,14 +80,18 @@ def pivot_order(x, tile: int):
 
 
 def device_chain(dist):
-    """``pivot_chain.greedy_chain`` of the device float32 matrix ``dist`` (m x m), computed on the device
-    (``cuda/chain.cu``: one block; the same choices, tie for tie), as a device int64 array."""
+    """``pivot_chain.greedy_chain`` of the device float32 matrix ``dist`` (m x m, C-contiguous), computed on the
+    device (``cuda/chain.cu``: one block; the same choices, tie for tie), and each pivot's place in it (``m`` for
+    one never reached; the last place for one revisited, as numpy's ``rank[chain] = arange(m)`` gives): device
+    int64 arrays ``(chain, rank)``."""
     cp = cupy()
+    if dist.dtype != cp.float32 or dist.ndim != 2 or dist.shape[0] != dist.shape[1] or not dist.flags.c_contiguous:
+        raise ValueError("device_chain: dist must be a C-contiguous square float32 matrix")
     m = int(dist.shape[0])
-    chain = cp.empty(m, cp.int64)
+    chain, rank = cp.empty(m, cp.int64), cp.full(m, m, cp.int64)
     if m:
-        kernel("chain.cu", "greedy_chain")((1,), (CHAIN_THREADS,), (dist, np.int32(m), chain), shared_mem=m)
-    return chain
+        kernel("chain.cu", "greedy_chain")((1,), (CHAIN_THREADS,), (dist, np.int32(m), chain, rank), shared_mem=m)
+    return chain, rank
 
 
 class _Side:
@@ -258,7 +260,10 @@ def tc_filter_launch(fmt: str, a_rows, b_rows, P, Q, thresholds, selfjoin: bool,
         assert ty.data.ptr % 8 == 0, "column thresholds must be 8-byte aligned"
         product((-(-(hi - lo) // TC_PAIRS_PER_BLOCK),), (BLOCK,), (
             xa, yb, np.int32(rowbytes), P[lo:hi], Q[lo:hi], np.int64(hi - lo), tx, ty, np.int32(selfjoin),
-            np.int32(lo), listed, np.int64(room), cand, np.uint64(0) if cand_pair is None else cand_pair,
+            # the base of the listed tile-pair numbers, used only where they are listed (cand_pair): ranges of a
+            # count start anywhere in the list, which may pass 2**31 tile pairs
+            np.int32(0 if cand_pair is None else lo), listed, np.int64(room), cand,
+            np.uint64(0) if cand_pair is None else cand_pair,
         ), shared_mem=smem)
     return launch
 

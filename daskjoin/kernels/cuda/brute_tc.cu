@@ -368,10 +368,12 @@ struct BulkStager {
         if (threadIdx.x == 0) {
             for (int s = 0; s < NSTAGES; ++s) { mbar_init(full + s, 1); out[s] = 0; }
             asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-            // the maps were written by a copy from the host: ordered before the copies that read them
-            asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(mapA) : "memory");
-            asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(mapB) : "memory");
         }
+        // the maps were written by a copy from the host, and their device memory may have held other maps before
+        // (CuPy's pool): each thread that may issue copies (any warp's lane 0: the last warp out of a stage)
+        // orders those writes before its own reads of the maps, at system scope as for a copy from the host
+        asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(mapA) : "memory");
+        asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(mapB) : "memory");
         __syncthreads();
     }
 

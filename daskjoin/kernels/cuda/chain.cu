@@ -10,28 +10,37 @@
 
 typedef long long i64;
 
-// (class, value, column): class 0 a NaN (first wins), 1 a number or +inf; the lexicographic smallest is argmin's pick
+// (class, key, column): class 0 a NaN (first wins), 1 a number or +inf; the lexicographic smallest is argmin's pick
 struct Pick {
     int cls;
-    float v;
+    int key;
     int j;
 };
 
+// A float's order as an int (-0 as +0): compared exactly, subnormals included (the module compiles with
+// -ftz=true, under which float comparisons take subnormals for zeros and numpy does not)
+__device__ __forceinline__ int order_key(float f) {
+    int b = __float_as_int(f);
+    if (b == (int)0x80000000) b = 0;
+    return b >= 0 ? b : b ^ 0x7fffffff;
+}
+
 __device__ __forceinline__ bool before(const Pick& a, const Pick& b) {
     if (a.cls != b.cls) return a.cls < b.cls;
-    if (a.cls == 1 && a.v != b.v) return a.v < b.v;
+    if (a.cls == 1 && a.key != b.key) return a.key < b.key;
     return a.j < b.j;
 }
 
 __device__ __forceinline__ Pick shfl_down(const Pick& p, int off) {
-    return Pick{__shfl_down_sync(0xffffffffu, p.cls, off), __shfl_down_sync(0xffffffffu, p.v, off),
+    return Pick{__shfl_down_sync(0xffffffffu, p.cls, off), __shfl_down_sync(0xffffffffu, p.key, off),
                 __shfl_down_sync(0xffffffffu, p.j, off)};
 }
 
-// dist: m x m, row-major, float32; chain: m entries.  Launched as one block of CHAIN_THREADS threads with m bytes of
-// dynamic shared memory (the visited flags).
+// dist: m x m, row-major, float32; chain: m entries; rank (m entries, set to m by the caller): each pivot's last
+// place in the chain.  Launched as one block of CHAIN_THREADS threads with m bytes of dynamic shared memory (the
+// visited flags).
 extern "C" __global__ void __launch_bounds__(CHAIN_THREADS) greedy_chain(const float* __restrict__ dist, int m,
-                                                                        i64* __restrict__ chain) {
+                                                                        i64* __restrict__ chain, i64* __restrict__ rank) {
     extern __shared__ unsigned char visited[];
     __shared__ Pick warp_best[CHAIN_THREADS / 32];
     __shared__ int next;
@@ -42,15 +51,16 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS) greedy_chain(const f
     for (int t = 0; t < m; ++t) {
         if (threadIdx.x == 0) {
             chain[t] = current;
+            rank[current] = t;
             visited[current] = 1;
         }
         __syncthreads();
         if (t + 1 == m) break;
         const float* row = dist + (i64)current * m;
-        Pick best{2, 0.0f, m};  // worse than any column
+        Pick best{2, 0, m};  // worse than any column
         for (int j = threadIdx.x; j < m; j += blockDim.x) {
             const float d = row[j];
-            const Pick p = visited[j] ? Pick{1, __int_as_float(0x7f800000), j} : (isnan(d) ? Pick{0, 0.0f, j} : Pick{1, d, j});
+            const Pick p = visited[j] ? Pick{1, 0x7f800000, j} : (isnan(d) ? Pick{0, 0, j} : Pick{1, order_key(d), j});
             if (before(p, best)) best = p;
         }
         for (int off = 16; off > 0; off >>= 1) {
@@ -60,7 +70,7 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS) greedy_chain(const f
         if (lane == 0) warp_best[warp] = best;
         __syncthreads();
         if (warp == 0) {
-            best = lane < (int)(blockDim.x >> 5) ? warp_best[lane] : Pick{2, 0.0f, m};
+            best = lane < (int)(blockDim.x >> 5) ? warp_best[lane] : Pick{2, 0, m};
             for (int off = 16; off > 0; off >>= 1) {
                 const Pick o = shfl_down(best, off);
                 if (before(o, best)) best = o;
