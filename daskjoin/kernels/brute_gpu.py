@@ -648,7 +648,7 @@ class GpuBruteJoin:
         # count read after each range's decisions had the host wait on the device twice a range: 117 ranges on
         # 1M rows)
         ranges = self._ranges()
-        if not ranges:  # no tile pair (an empty side): no rows to map for the kernel either
+        if not ranges:  # no tile pair (an empty side): nothing to launch or read
             return 0
         cp = cupy()
         counter = cp.zeros(1, cp.uint64)
