@@ -195,7 +195,6 @@ struct Wgmma {
         const unsigned s = (unsigned)__cvta_generic_to_shared(stages);
         return stages + (((s + 1023u) & ~1023u) - s);
     }
-    __device__ static int at(int r, int v) { return r * 128 + ((v ^ (r & 7)) << 4); }
 
     // acc (+)= the products of one staged chunk (A rows at sA: this warpgroup's 64; B rows at sB), fresh if `fresh`:
     // issued here, awaited by `settle`, the caller's loads in between.  Always the whole KB bytes: the bulk copy
@@ -230,8 +229,8 @@ struct Wgmma {
 // Bytes k0 .. k0 + KB of the 128 rows of one tile (src: its first row's byte k0) into the slot at s, by
 // asynchronous copies (no registers, all in flight at once); the caller commits the group.  Thread x copies
 // the 16-byte vectors x mod 8 of rows x / 8, x / 8 + 32, ...: no division, and a chunk shorter than KB
-// (vecs < 8) leaves the same threads idle throughout.  Both layouts place row r + 32 i at at(r, c) + at(32 i, 0)
-// (the swizzle depends on r mod 8 alone): a fixed count of copies from two base addresses.
+// (vecs < 8) leaves the same threads idle throughout.  The layout places row r + 32 i at at(r, c) + at(32 i, 0): a
+// fixed count of copies from two base addresses.  (The mma.sync form's stager; Hopper's is BulkStager.)
 template <typename M>
 __device__ __forceinline__ void stage_rows(unsigned char* s, const unsigned char* __restrict__ src, int rowbytes,
                                            int vecs) {
@@ -446,30 +445,31 @@ __device__ __forceinline__ void tile_products(const unsigned char* __restrict__ 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     if constexpr (M::BULK) {  // X and Y are the rows' tensor maps
         tile_products_bulk<M, Acc>(X, Y, rowbytes, P, Q, first, end, visit);
-        return;
-    }
+    } else  // (so the cp.async stager is not compiled for the bulk form)
 #endif
-    extern __shared__ __align__(16) unsigned char stages[];
-    if (end <= first) return;
-    Stager<M> stage(M::base(stages), X, Y, rowbytes, P, Q, first, end);
-    Acc acc[64];
+    {
+        extern __shared__ __align__(16) unsigned char stages[];
+        if (end <= first) return;
+        Stager<M> stage(M::base(stages), X, Y, rowbytes, P, Q, first, end);
+        Acc acc[64];
 #pragma unroll
-    for (int s = 0; s < NSTAGES - 1; ++s) stage.stage_next();
-    int st = 0, kc = 0;  // item it's stage and chunk
-    i64 pair = first;    // and pair
-    for (int it = 0; it < stage.items; ++it) {
-        cp_async_wait<NSTAGES - 2>();
-        __syncthreads();  // item it staged for every thread; every warp done with item it - 1's stage
-        stage.stage_next();
-        const bool last = kc == stage.nk - 1;
-        M::product(stage.a(st), stage.b(st), min(KB, rowbytes - kc * KB), kc == 0, acc);
-        if (last) visit.prefetch(pair);  // while the products are formed
-        M::settle(acc);
-        if (last) visit(pair, acc);
-        if (++st == NSTAGES) st = 0;
-        if (++kc == stage.nk) { kc = 0; ++pair; }
+        for (int s = 0; s < NSTAGES - 1; ++s) stage.stage_next();
+        int st = 0, kc = 0;  // item it's stage and chunk
+        i64 pair = first;    // and pair
+        for (int it = 0; it < stage.items; ++it) {
+            cp_async_wait<NSTAGES - 2>();
+            __syncthreads();  // item it staged for every thread; every warp done with item it - 1's stage
+            stage.stage_next();
+            const bool last = kc == stage.nk - 1;
+            M::product(stage.a(st), stage.b(st), min(KB, rowbytes - kc * KB), kc == 0, acc);
+            if (last) visit.prefetch(pair);  // while the products are formed
+            M::settle(acc);
+            if (last) visit(pair, acc);
+            if (++st == NSTAGES) st = 0;
+            if (++kc == stage.nk) { kc = 0; ++pair; }
+        }
+        cp_async_wait<0>();
     }
-    cp_async_wait<0>();
 }
 
 // The filter's test of a product G of row a and column b is G - Y_b >= X_a, with X_a and Y_b per-row and
