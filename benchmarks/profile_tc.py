@@ -42,6 +42,8 @@ def main() -> int:
     p.add_argument("--shares", type=int, default=4, help="also time one of this many query shares (0: no)")
     p.add_argument("--mma", default="", help="comma-separated tensor-core forms (mma, wgmma): the filter kernel alone "
                    "timed in each, the counts in the first (default: the device's own, brute_gpu.tc_mma)")
+    p.add_argument("--orders", default="", help="comma-separated HxW: the filter kernel alone also timed with the tile "
+                   "pairs in blocks of H rows x W columns of the pair grid (row-major within and across blocks)")
     args = p.parse_args()
 
     import cupy as cp
@@ -102,9 +104,16 @@ def main() -> int:
     forms = [m for m in args.mma.split(",") if m] or [brute_gpu.tc_mma()]
     macs = 2.0 * npairs * 128 * 128 * (rowbytes // (1 if join.filter == "int8" else 2))
     tops = {}
-    for mma in forms:
-        launch = brute_gpu.tc_filter_launch(join.filter, join.A.tc, join.A.tc, join.pairs_p, join.pairs_q, (tx, ty), True,
-                                            mma)
+    orders = {"": (join.pairs_p, join.pairs_q)}
+    for spec in (o for o in args.orders.split(",") if o):
+        h, w = (int(v) for v in spec.split("x"))
+        P, Q = join.pairs_p, join.pairs_q
+        nq = int(Q.max()) + 1
+        key = ((P // h) * (nq // w + 1) + Q // w) * (int(P.max()) + 1) * nq + P * nq + Q
+        order = cp.argsort(key)
+        orders[f" {spec}"] = (P[order], Q[order])
+    for mma, (spec, (P, Q)) in ((m, o) for m in forms for o in orders.items()):
+        launch = brute_gpu.tc_filter_launch(join.filter, join.A.tc, join.A.tc, P, Q, (tx, ty), True, mma)
         listed = cp.zeros(1, cp.uint64)
         cand = cp.empty((1 << 20, 2), cp.int32)
         for _ in range(2):  # the first loads the kernel
@@ -116,9 +125,44 @@ def main() -> int:
             stop.record()
             stop.synchronize()
         kernel_s = cp.cuda.get_elapsed_time(start, stop) / 1e3
-        rows[f"filter kernel alone, {mma} (events)"] = kernel_s
-        tops[mma] = macs / kernel_s / 1e12
+        rows[f"filter kernel alone, {mma}{spec} (events)"] = kernel_s
+        tops[mma + spec] = macs / kernel_s / 1e12
     brute_gpu.TC_MMA = forms[0]
+    # the count's parts on the device, one launch each over every tile pair: the filter with its real lists, then
+    # the float64 decisions of what it listed
+    launch = brute_gpu.tc_filter_launch(join.filter, join.A.tc, join.B.tc, join.pairs_p, join.pairs_q,
+                                        join.thresholds, join.selfjoin)
+    listed = cp.zeros(1, cp.uint64)
+    room = 1 << 26
+    cand = cp.empty((room, 2), cp.int32)
+    rows["filter kernel with its lists, one launch (events)"], _ = timed(lambda: launch(0, npairs, listed, room, cand, None))
+    listed.fill(0)
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    launch(0, npairs, listed, room, cand, None)
+    stop.record()
+    stop.synchronize()
+    rows["  the same (events)"] = cp.cuda.get_elapsed_time(start, stop) / 1e3
+    ncand = int(listed.get()[0])
+    print(f"candidates listed: {ncand:,} ({ncand / max(1, npairs):.2f} a tile pair)")
+    if ncand <= room:
+        decide = brute_gpu.kernel("brute_tc.cu", f"brute_tc_exact_{'f32' if join.A.points.dtype == np.float32 else 'f64'}",
+                                  specific=True)
+        counter = cp.zeros(1, cp.uint64)
+        nothing = cp.empty(1, cp.int64)
+
+        def decisions():
+            decide((int(min(-(-ncand // brute_gpu.BLOCK), 1 << 16)),), (brute_gpu.BLOCK,), (
+                cand, cand, np.int64(ncand), join.A.points, join.B.points, join.A.perm, join.B.perm, np.int32(join.d),
+                np.float64(join.eps2), np.int32(join.selfjoin), counter, counter, np.int32(0), np.int64(0), nothing,
+                nothing, cp.empty(1, cp.float32)))
+        decisions()
+        rows["float64 decisions of them, one launch"], _ = timed(decisions)
+    del cand
+    for batch in (1 << 20, 1 << 22):
+        default_batch, join.batch = join.batch, batch
+        rows[f"count (driver, prepared join), ranges of {batch:,}"], _ = timed(join.count)
+        join.batch = default_batch
     rows["count (driver, prepared join)"], count = timed(join.count)
     rows["count from numpy (new join)"], _ = timed(lambda: brute_gpu.GpuBruteJoin(x, None, args.eps, filter=args.filter).count())
     if args.shares > 1:

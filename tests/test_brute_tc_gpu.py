@@ -126,13 +126,14 @@ def test_every_filter_gives_the_same_arrays(d, mma):
         assert all(np.array_equal(p, q) for p, q in zip(got, cross["fp32"])), f
 
 
-@pytest.mark.parametrize("groups", [None, 16, 3])
+@pytest.mark.parametrize("groups, pair_block", [(None, None), (None, 3), (16, None), (3, 5), (3, 2)])
 @pytest.mark.parametrize("selfjoin", [True, False])
 @pytest.mark.parametrize("filt", ["fp32", "int8"])
-def test_tile_pairs_kernel_matches_the_box_rule(selfjoin, filt, groups, monkeypatch):
+def test_tile_pairs_kernel_matches_the_box_rule(selfjoin, filt, groups, pair_block, monkeypatch):
     """tile_box_near keeps exactly the tile pairs whose box gap, squared and summed in dimension order in
-    float64, is at most eps^2 (boxes touching at exactly eps included), in row-major order; so does the
-    two-level test through groups of tiles (``groups``: tiles a group, the last group short)."""
+    float64, is at most eps^2 (boxes touching at exactly eps included), in the blocked order of block_key; so
+    does the two-level test through groups of tiles (``groups``: tiles a group, the last group short), with
+    pair blocks larger than the grid (the default here: row-major) and smaller, groups and pair blocks unaligned."""
     import cupy as cp
 
     from daskjoin.kernels import brute_gpu
@@ -141,6 +142,8 @@ def test_tile_pairs_kernel_matches_the_box_rule(selfjoin, filt, groups, monkeypa
     if groups is not None:
         monkeypatch.setattr(brute_gpu, "DIRECT_PAIRS", 0)
         monkeypatch.setattr(brute_gpu, "GROUP", groups)
+    if pair_block is not None:
+        monkeypatch.setattr(brute_gpu, "PAIR_BLOCK", pair_block)
 
     rng = np.random.default_rng(5)
 
@@ -162,7 +165,15 @@ def test_tile_pairs_kernel_matches_the_box_rule(selfjoin, filt, groups, monkeypa
         near &= cp.arange(B.ntiles)[None, :] >= cp.arange(A.ntiles)[:, None]
     p, q = cp.nonzero(near)
     assert 0 < int(p.shape[0]) < near.size
-    assert cp.array_equal(join.pairs_p, p) and cp.array_equal(join.pairs_q, q)
+    order = cp.argsort(brute_gpu.block_key(p, q, B.ntiles))
+    assert cp.array_equal(join.pairs_p, p[order]) and cp.array_equal(join.pairs_q, q[order])
+    if pair_block is None:
+        assert A.ntiles <= brute_gpu.PAIR_BLOCK and cp.array_equal(join.pairs_p, p)  # one block: row-major
+    elif filt == "int8":  # (fp32's 256-row tiles: a band two tiles wide, which both orders list alike)
+        assert not cp.array_equal(join.pairs_p, p)
+    count = GpuBruteJoin(x, b, 2.5, filter=filt).count()
+    monkeypatch.setattr(brute_gpu, "PAIR_BLOCK", 1 << 20)
+    assert GpuBruteJoin(x, b, 2.5, filter=filt).count() == count  # the order changes no result
 
 
 @pytest.mark.parametrize("budget_pairs", [None, 3000])

@@ -338,11 +338,19 @@ def _compact(oi, oj, od, found: int):
 GROUP = 8
 #: tile pairs tested directly, without groups, up to this many (a test of a few ms)
 DIRECT_PAIRS = 1 << 24
+#: the tile pairs are listed in blocks of PAIR_BLOCK x PAIR_BLOCK of the (p, q) grid, the blocks and the pairs within
+#: each in row-major order: the filter's blocks running at once then read a few MiB of tiles again and again from L2,
+#: where row-major rows of pairs swept all the tiles of B (1M x 128 int8, 128 MB: not in a 50 MB L2).  The kernel
+#: alone, uniform 1M x 128 int8, one H200 (session 27): row-major 762-768 TOPS; blocks of 64 x 64 865-867, 128 x 128
+#: 866, 32 x 128 824, 16 x 512 852; 300k rows (in L2 either way) 857-858.  A block of the filter's 64 pairs then
+#: still shares one tile of A (a row of a pair block).
+PAIR_BLOCK = 64
 
 
 def near_tile_pairs(a_boxes, b_boxes, eps2: float, selfjoin: bool):
     """Pairs (p, q) of tiles whose boxes ``(lo, hi)`` (device, one row a tile) are within ``eps2`` (squared gap
-    summed in float64, ``cuda/brute.cu: box_gap2``; self-join: q >= p), in row-major order.
+    summed in float64, ``cuda/brute.cu: box_gap2``; self-join: q >= p), in blocks of the pair grid
+    (:data:`PAIR_BLOCK`, :func:`block_key`).
 
     Past ``DIRECT_PAIRS`` tile pairs, groups of ``GROUP`` consecutive tiles are tested first and only the tile
     pairs of the group pairs kept are tested: a group's box holds its tiles' boxes, so the kept tile pairs are
@@ -353,7 +361,7 @@ def near_tile_pairs(a_boxes, b_boxes, eps2: float, selfjoin: bool):
     if not na or not nb:
         return cp.zeros(0, cp.int64), cp.zeros(0, cp.int64)
     if na * nb <= DIRECT_PAIRS:
-        return _near_pairs(alo, ahi, blo, bhi, eps2, selfjoin)
+        return from_block_key(cp.sort(block_key(*_near_pairs(alo, ahi, blo, bhi, eps2, selfjoin), nb)), nb)
     groups = [_group_boxes(lo, hi, GROUP) for lo, hi in ((alo, ahi), (blo, bhi))]
     sp, sq = _near_pairs(*groups[0], *groups[1], eps2, selfjoin)
     if not sp.size:  # no group pair near (A x B far apart)
@@ -367,9 +375,23 @@ def near_tile_pairs(a_boxes, b_boxes, eps2: float, selfjoin: bool):
             alo, ahi, blo, bhi, gp, gq, np.int64(gp.shape[0]), np.int32(GROUP), np.int64(na), np.int64(nb),
             np.int32(d), np.float64(eps2), np.int32(selfjoin), near))
         s, r, c = cp.nonzero(near)
-        keys.append((gp[s] * GROUP + r) * nb + gq[s] * GROUP + c)
-    keys = cp.sort(cp.concatenate(keys))  # row-major, as the direct test lists them
-    return keys // nb, keys % nb
+        keys.append(block_key(gp[s] * GROUP + r, gq[s] * GROUP + c, nb))
+    return from_block_key(cp.sort(cp.concatenate(keys)), nb)
+
+
+def block_key(p, q, nb: int):
+    """The place of tile pair (p, q) of a grid of ``nb`` columns in the blocked order of :func:`near_tile_pairs`
+    (row-major blocks of PAIR_BLOCK x PAIR_BLOCK pairs, row-major within each): a key that sorts pairs into it."""
+    w = PAIR_BLOCK
+    return ((p // w) * -(-nb // w) + q // w) * (w * w) + (p % w) * w + q % w
+
+
+def from_block_key(key, nb: int):
+    """The (p, q) of :func:`block_key`'s keys."""
+    w = PAIR_BLOCK
+    block, within = key // (w * w), key % (w * w)
+    cols = -(-nb // w)
+    return (block // cols) * w + within // w, (block % cols) * w + within % w
 
 
 def _near_pairs(alo, ahi, blo, bhi, eps2: float, selfjoin: bool):
@@ -486,7 +508,7 @@ class GpuBruteJoin:
         self._capacity = 1 << 16
 
     def _tile_pairs(self):
-        """Tile pairs whose boxes are within eps (self-join: p <= q), in row-major order (``near_tile_pairs``)."""
+        """Tile pairs whose boxes are within eps (self-join: p <= q), in blocks of the pair grid (``near_tile_pairs``)."""
         A, B = self.A, self.B
         return near_tile_pairs((A.lo, A.hi), (B.lo, B.hi), self.eps2, self.selfjoin)
 

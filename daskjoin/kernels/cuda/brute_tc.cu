@@ -247,8 +247,8 @@ __device__ __forceinline__ void stage_rows(unsigned char* s, const unsigned char
 // The copies of items (a tile pair's chunk of KB bytes: item i is chunk i mod nk of pair first + i / nk) into
 // NSTAGES stages of shared memory: B rows to the item's stage (i mod NSTAGES); A rows to an A slot of their
 // own, loaded only where the item's A chunk differs from the last item's: with whole rows in one chunk
-// (nk == 1) a run of pairs of one tile of P (the list is in row-major order) loads it once, which halves the
-// bytes read from L2 on dense lists.  A slots go round by run, NSTAGES of them: the slot a new run takes last
+// (nk == 1) a run of pairs of one tile of P (a row of one of the list's blocks, brute_gpu.PAIR_BLOCK) loads it
+// once, which halves the bytes read from L2 on dense lists.  A slots go round by run, NSTAGES of them: the slot a new run takes last
 // served the run three before, whose items all finished before the __syncthreads that precedes the staging
 // (the items in use then, it and it + 1, belong to the two runs before the new one at the earliest).  Items
 // are staged in order, one a call, each call committing one group of copies (an empty one past the end, which
