@@ -1,5 +1,6 @@
 """The pivot chain makes the Python loop's choices, tie for tie: compiled for the CPU (kernels/pivot_chain.py, the
-reference) and on the device (cuda/chain.cu, which brute_gpu.pivot_order runs; marked gpu)."""
+reference) and on the device (cuda/chain.cu, which brute_gpu.pivot_order runs; marked gpu); so does the device's
+argmax of each row (the nearest pivot's pick), against numpy's."""
 from __future__ import annotations
 
 import numpy as np
@@ -92,3 +93,41 @@ def test_device_chain_refuses_what_it_cannot_read():
     for bad in (cp.zeros((3, 4), cp.float32), cp.zeros((4, 4), cp.float64), cp.zeros((4, 8), cp.float32)[:, ::2]):
         with pytest.raises(ValueError, match="C-contiguous square float32"):
             device_chain(bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")
+@pytest.mark.parametrize("n, m", [(1, 1), (5, 2), (40, 31), (33, 33), (300, 1025), (70, 4096)])
+@pytest.mark.parametrize("kind", ["random", "ties", "inf", "all-inf", "nan", "signed", "subnormal"])
+def test_device_row_argmax_equals_numpy(n, m, kind):
+    """numpy's argmax of each row: the first NaN, else the first largest (ties, -0 against +0, +-inf, subnormals
+    told apart), over rows of any length (not a multiple of the warp's 32, shorter than it), into an out slice."""
+    import cupy as cp
+
+    from daskjoin.kernels.brute_gpu import row_argmax
+
+    a = _matrix(max(n, m), kind, n + m)[:n, :m].copy()
+    if kind in ("inf", "signed"):
+        a = -a  # -inf and the largest of mixed signs too
+    want = np.argmax(a, axis=1)
+    np.testing.assert_array_equal(row_argmax(cp.asarray(a)).get(), want)
+    out = cp.full(n + 3, -1, cp.int64)
+    row_argmax(cp.asarray(a), out[1:n + 1])
+    np.testing.assert_array_equal(out.get(), np.r_[-1, want, -1, -1])
+    if kind == "ties" and m > 3:
+        assert (a == a.max(axis=1, keepdims=True)).sum(axis=1).max() > 1  # rows with tied largest values
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")
+def test_device_row_argmax_refuses_what_it_cannot_read():
+    import cupy as cp
+
+    from daskjoin.kernels.brute_gpu import row_argmax
+
+    for bad in (cp.zeros((3, 0), cp.float32), cp.zeros((4, 4), cp.float64), cp.zeros((4, 8), cp.float32)[:, ::2],
+                cp.zeros(4, cp.float32)):
+        with pytest.raises(ValueError, match="C-contiguous float32 matrix"):
+            row_argmax(bad)
+    with pytest.raises(ValueError, match="one entry a row"):
+        row_argmax(cp.zeros((4, 4), cp.float32), cp.zeros(3, cp.int64))

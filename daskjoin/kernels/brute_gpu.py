@@ -75,7 +75,7 @@ def pivot_order(x, tile: int):
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
         rows[:r1 - r0, :d] = x[r0:r1] - origin
-        nearest[r0:r1] = cp.argmax(rows[:r1 - r0] @ widened.T, axis=1)
+        row_argmax(rows[:r1 - r0] @ widened.T, nearest[r0:r1])
     return cp.argsort(rank[nearest], kind="stable").astype(cp.int64)
 
 
@@ -92,6 +92,22 @@ def device_chain(dist):
     if m:
         kernel("chain.cu", "greedy_chain")((1,), (CHAIN_THREADS,), (dist, np.int32(m), chain, rank), shared_mem=m)
     return chain, rank
+
+
+def row_argmax(a, out=None):
+    """numpy's ``argmax(a, axis=1)`` of the device float32 matrix ``a`` (n x m, C-contiguous, m > 0), computed by
+    ``cuda/chain.cu: row_argmax`` (the first NaN of a row, else its first largest value, floats compared exactly):
+    a device int64 array, ``out`` where given."""
+    cp = cupy()
+    if a.dtype != cp.float32 or a.ndim != 2 or not a.flags.c_contiguous or a.shape[1] == 0:
+        raise ValueError("row_argmax: a must be a C-contiguous float32 matrix with at least one column")
+    n, m = (int(v) for v in a.shape)
+    out = cp.empty(n, cp.int64) if out is None else out
+    if out.shape != (n,) or out.dtype != cp.int64 or not out.flags.c_contiguous:
+        raise ValueError("row_argmax: out must be a contiguous int64 vector of one entry a row")
+    if n:
+        kernel("chain.cu", "row_argmax")((-(-n * 32 // BLOCK),), (BLOCK,), (a, np.int64(n), np.int32(m), out))
+    return out
 
 
 class _Side:
@@ -366,6 +382,7 @@ def near_tile_pairs(a_boxes, b_boxes, eps2: float, selfjoin: bool):
     sp, sq = _near_pairs(*groups[0], *groups[1], eps2, selfjoin)
     if not sp.size:  # no group pair near (A x B far apart)
         return cp.zeros(0, cp.int64), cp.zeros(0, cp.int64)
+    alo, ahi, blo, bhi = _by_dimension(alo, ahi, blo, bhi)
     per_launch = max(1, (256 << 20) // (GROUP * GROUP))  # at most 256 MiB of flags at a time
     keys = []
     for s0 in range(0, int(sp.shape[0]), per_launch):
@@ -398,18 +415,25 @@ def _near_pairs(alo, ahi, blo, bhi, eps2: float, selfjoin: bool):
     """Every box of A against every box of B (``tile_box_near``), in row-major order."""
     cp = cupy()
     na, nb, d = int(alo.shape[0]), int(blo.shape[0]), int(alo.shape[1])
+    alo, ahi, blo, bhi = _by_dimension(alo, ahi, blo, bhi)
     keep_p, keep_q = [], []
     step = max(1, (256 << 20) // nb)  # at most 256 MiB of flags at a time
     for p0 in range(0, na, step):
         rows = min(na, p0 + step) - p0
         near = cp.empty((rows, nb), cp.uint8)
         kernel("brute.cu", "tile_box_near")((-(-near.size // BLOCK),), (BLOCK,), (
-            alo, ahi, blo, bhi, np.int64(p0), np.int64(rows), np.int64(nb), np.int32(d), np.float64(eps2),
-            np.int32(selfjoin), near))
+            alo, ahi, blo, bhi, np.int64(p0), np.int64(rows), np.int64(na), np.int64(nb), np.int32(d),
+            np.float64(eps2), np.int32(selfjoin), near))
         p, q = cp.nonzero(near)
         keep_p.append(p + p0)
         keep_q.append(q)
     return cp.concatenate(keep_p).astype(cp.int64), cp.concatenate(keep_q).astype(cp.int64)
+
+
+def _by_dimension(*boxes):
+    """Box bounds (tiles x dims, float64) one dimension a row, as ``tile_box_near`` and ``tile_box_near_in`` read them."""
+    cp = cupy()
+    return tuple(cp.ascontiguousarray(cp.asarray(b, cp.float64).T) for b in boxes)
 
 
 def _group_boxes(lo, hi, group: int):

@@ -5,6 +5,7 @@
 // smallest of their columns and the block reduces those (warp shuffles, then one warp over the warps' results).
 // On the host the chain cost the distances' transfer (64 MB at 4,096 pivots) and a compiled loop, ~60 ms a
 // tensor-core driver on 1M rows (H200, session 25); here a few milliseconds.
+// Also each row's pick of its nearest pivot (row_argmax, numpy's argmax of a matrix's rows).
 
 #define CHAIN_THREADS 1024
 
@@ -80,4 +81,28 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS) greedy_chain(const f
         __syncthreads();
         current = next;
     }
+}
+
+// Each row's argmax as numpy takes it (the first NaN if the row has one, else the first largest value; floats
+// ordered exactly as above) of the n x m row-major matrix `a`, into out: one warp a row, its lanes reading columns
+// lane, lane + 32, ... (coalesced), then a shuffle reduction.  CuPy's argmax over the rows of the 65,536 x 4,096
+// products of brute_gpu.pivot_order took most of that step (H200, session 27: the step 46 ms for 1M rows).
+extern "C" __global__ void row_argmax(const float* __restrict__ a, i64 n, int m, i64* __restrict__ out) {
+    const int lane = threadIdx.x & 31;
+    const i64 r = (blockIdx.x * (i64)blockDim.x + threadIdx.x) >> 5;
+    if (r >= n) return;  // (a whole warp: rows are warp-uniform)
+    const float* row = a + r * m;
+    Pick best{2, 0, m};  // worse than any column
+#pragma unroll 8
+    for (int j = lane; j < m; j += 32) {
+        const float v = row[j];
+        // the largest first: the negated order (no float's order is INT_MIN, -0 being +0)
+        const Pick p = isnan(v) ? Pick{0, 0, j} : Pick{1, -order_key(v), j};
+        if (before(p, best)) best = p;
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        const Pick o = shfl_down(best, off);
+        if (before(o, best)) best = o;
+    }
+    if (lane == 0) out[r] = best.j;
 }
