@@ -108,9 +108,8 @@ def main() -> int:
     for spec in (o for o in args.orders.split(",") if o):
         h, w = (int(v) for v in spec.split("x"))
         P, Q = join.pairs_p, join.pairs_q
-        nq = int(Q.max()) + 1
-        key = ((P // h) * (nq // w + 1) + Q // w) * (int(P.max()) + 1) * nq + P * nq + Q
-        order = cp.argsort(key)
+        cols = -(-join.B.ntiles // w)  # blocks a row; a key below (tiles + h) x (tiles + w)
+        order = cp.argsort(((P // h) * cols + Q // w) * (h * w) + (P % h) * w + Q % w)
         orders[f" {spec}"] = (P[order], Q[order])
     for mma, (spec, (P, Q)) in ((m, o) for m in forms for o in orders.items()):
         launch = brute_gpu.tc_filter_launch(join.filter, join.A.tc, join.A.tc, P, Q, (tx, ty), True, mma)

@@ -84,3 +84,99 @@ def test_sparse_grid_with_large_offsets_and_tiny_eps():
     i, j, d = GridJoin(x, None, 5e-3).pairs()
     assert GridJoin(x, None, 5e-3).query[5].shape[0] == 0  # no dense table was built
     assert_same_pairs((i, j, d), oracle_self_pairs(x, 5e-3))
+
+
+def _lattice_with_duplicates(n, d, seed):
+    """Points on a lattice of step eps (many pairs exactly at eps) with duplicates: the boundary and tie cases."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 40, (n, d)).astype(np.float64) * 0.025
+    x[n // 2: n // 2 + 20] = x[0]  # duplicates of one point (190 pairs: one lane holds them)
+    return x
+
+
+@pytest.mark.parametrize("case", ["uniform-2d", "lattice-2d", "uniform-1d", "lattice-3d", "cross-2d", "no-distance"])
+def test_one_pass_batches_are_one_sorted_run_from_the_lanes(monkeypatch, case):
+    """Where the one pass holds every pair, ``batches`` sorts them straight from the lanes (pair_sort.sort_lanes) and
+    gives one ``SortedRun``: the oracle's pairs, strictly in (i, j) order, with the distances the unsorted path gives."""
+    from daskjoin.kernels.pair_sort import sort_pairs
+    from daskjoin.kernels.registry import SortedRun
+
+    monkeypatch.setattr(grid, "SAMPLE_MIN_BLOCKS", 0)  # the sampled one pass at any size
+    monkeypatch.setattr(grid, "CAPACITY_SLACK", 4.0)  # lanes that hold the duplicates the sample may miss
+    d = {"1d": 1, "2d": 2, "3d": 3}[case.split("-")[-1]] if "-" in case and case != "no-distance" else 2
+    x = _lattice_with_duplicates(6000, d, 3) if case.startswith("lattice") else _uniform(6000, d, seed=4)
+    b = _uniform(4000, d, seed=5) if case == "cross-2d" else None
+    eps = 0.025 if case.startswith("lattice") else (0.0005 if d == 1 else 0.02)
+    with_distance = case != "no-distance"
+    join = GridJoin(x, b, eps)
+    batches = list(join.batches(10**8, with_distance))
+    assert len(batches) == 1 and isinstance(batches[0], SortedRun)
+    i, j, dist = batches[0]
+    assert np.all((i[1:] > i[:-1]) | ((i[1:] == i[:-1]) & (j[1:] > j[:-1])))
+    expected = oracle_self_pairs(x, eps) if b is None else oracle_cross_pairs(x, b, eps)
+    assert len(i) > 1000
+    if with_distance:
+        assert_same_pairs((i, j, dist), expected)
+        unsorted = GridJoin(x, b, eps).pairs()
+        np.testing.assert_array_equal(sort_pairs(*unsorted)[2].view(np.uint32), dist.view(np.uint32))
+    else:
+        assert dist is None
+        assert np.array_equal(i, expected[0]) and np.array_equal(j, expected[1])
+
+
+def test_one_pass_that_overflows_is_not_a_sorted_run(monkeypatch):
+    """Lanes that fill up leave cells for the exact pass: plain batches then (the task sorts), the same pairs."""
+    from daskjoin.kernels.registry import SortedRun
+
+    monkeypatch.setattr(grid, "SAMPLE_MIN_BLOCKS", 0)
+    monkeypatch.setattr(grid, "CAPACITY_SLACK", 0.05)  # (a lane still holds 1,024 pairs: ~250k pairs here)
+    x = _uniform(20000, 2, seed=6)
+    batches = list(GridJoin(x, None, 0.02).batches(10**8))
+    assert len(batches) > 1 and not any(isinstance(b, SortedRun) for b in batches)
+    got = tuple(np.concatenate([b[k] for b in batches]) for k in range(3))
+    assert_same_pairs(got, oracle_self_pairs(x, 0.02))
+
+
+@pytest.mark.parametrize("rows, cols, lanes, cap, with_value", [
+    (50, 60, 4, 40, True), (1000, 1000, 64, 300, True), (1000, 1000, 64, 300, False), (7, 7, 3, 5, True)])
+def test_sort_lanes_equals_sort_pairs_of_the_moved_lanes(rows, cols, lanes, cap, with_value):
+    """sort_lanes reads the lanes where they are (empty lanes, full lanes) and gives what moving them together and
+    sorting gives, bit for bit; the lanes' i and value arrays hold the outputs."""
+    from daskjoin.kernels.pair_sort import sort_lanes, sort_pairs
+
+    rng = np.random.default_rng(rows + lanes)
+    pairs = rng.choice(rows * cols, size=min(rows * cols, lanes * cap) * 3 // 4, replace=False)
+    used = np.diff(np.r_[0, np.sort(rng.integers(0, len(pairs) + 1, lanes - 1)), len(pairs)])
+    used = np.minimum(used, cap)
+    used[0] = 0  # an empty lane
+    n = int(used.sum())
+    bi, bj = np.full(lanes * cap, -7, np.int64), np.full(lanes * cap, -7, np.int64)
+    bv = rng.random(lanes * cap).astype(np.float32)
+    at = 0
+    for lane in range(lanes):
+        take = pairs[at: at + used[lane]]
+        bi[lane * cap: lane * cap + len(take)], bj[lane * cap: lane * cap + len(take)] = take // cols, take % cols
+        at += used[lane]
+    moved = [np.concatenate([a[lane * cap: lane * cap + used[lane]] for lane in range(lanes)]) for a in (bi, bj, bv)]
+    want = sort_pairs(moved[0], moved[1], moved[2] if with_value else None)
+    got = sort_lanes(bi, bj, bv if with_value else None, cap, used, rows, cols)
+    assert got is not None and np.shares_memory(got[0], bi) and len(got[0]) == n
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    if with_value:
+        assert np.shares_memory(got[2], bv) and np.array_equal(got[2].view(np.uint32), want[2].view(np.uint32))
+    else:
+        assert got[2] is None
+
+
+def test_sort_lanes_declines_what_the_one_pass_sort_does_not_take(monkeypatch):
+    from daskjoin.kernels import pair_sort
+
+    used = np.array([3, 2])
+    i, j = np.array([0, 1, 2, 0, 0, 1, 3, 0]), np.array([1, 2, 3, 0, 0, 2, 4, 0])
+    assert pair_sort.sort_lanes(i, j, np.zeros(8, np.float64), 4, used, 4, 5) is None  # 8-byte values
+    assert pair_sort.sort_lanes(i, j, None, 4, used, 4, 1 << 31) is None  # columns past the packed word
+    assert pair_sort.sort_lanes(i, j, None, 4, np.array([1, 0]), 4, 5) is None  # one pair: nothing to sort
+    monkeypatch.setattr(pair_sort, "ONE_PASS_CURSOR_BYTES", 0)
+    monkeypatch.setattr(pair_sort, "BUCKET_MIN_PAIRS", 0)
+    monkeypatch.setattr(pair_sort, "BUCKET_BITS", 1)
+    assert pair_sort.sort_lanes(i, j, None, 4, used, 4, 5) is None  # the two-pass sort's size

@@ -98,7 +98,7 @@ def test_device_chain_refuses_what_it_cannot_read():
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")
 @pytest.mark.parametrize("n, m", [(1, 1), (5, 2), (40, 31), (33, 33), (300, 1025), (70, 4096)])
-@pytest.mark.parametrize("kind", ["random", "ties", "inf", "all-inf", "nan", "signed", "subnormal"])
+@pytest.mark.parametrize("kind", ["random", "ties", "inf", "all-inf", "nan", "signed", "subnormal", "zeros"])
 def test_device_row_argmax_equals_numpy(n, m, kind):
     """numpy's argmax of each row: the first NaN, else the first largest (ties, -0 against +0, +-inf, subnormals
     told apart), over rows of any length (not a multiple of the warp's 32, shorter than it), into an out slice."""
@@ -106,10 +106,15 @@ def test_device_row_argmax_equals_numpy(n, m, kind):
 
     from daskjoin.kernels.brute_gpu import row_argmax
 
-    a = _matrix(max(n, m), kind, n + m)[:n, :m].copy()
+    if kind == "zeros":  # rows whose largest is zero, -0 and +0 mixed: the first of either sign (numpy: -0 == +0)
+        a = np.random.default_rng(n + m).choice(np.array([-1.0, -0.0, 0.0], np.float32), (n, m))
+    else:
+        a = _matrix(max(n, m), kind, n + m)[:n, :m].copy()
     if kind in ("inf", "signed"):
         a = -a  # -inf and the largest of mixed signs too
     want = np.argmax(a, axis=1)
+    if kind == "zeros" and m > 3:
+        assert np.signbit(a[np.arange(n), want]).any() and not np.signbit(a[np.arange(n), want]).all()
     np.testing.assert_array_equal(row_argmax(cp.asarray(a)).get(), want)
     out = cp.full(n + 3, -1, cp.int64)
     row_argmax(cp.asarray(a), out[1:n + 1])

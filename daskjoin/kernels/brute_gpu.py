@@ -359,7 +359,7 @@ DIRECT_PAIRS = 1 << 24
 #: where row-major rows of pairs swept all the tiles of B (1M x 128 int8, 128 MB: not in a 50 MB L2).  The kernel
 #: alone, uniform 1M x 128 int8, one H200 (session 27): row-major 762-768 TOPS; blocks of 64 x 64 865-867, 128 x 128
 #: 866, 32 x 128 824, 16 x 512 852; 300k rows (in L2 either way) 857-858.  A block of the filter's 64 pairs then
-#: still shares one tile of A (a row of a pair block).
+#: mostly shares one tile of A (a row of a full pair block; not where pruning or the diagonal leave rows short).
 PAIR_BLOCK = 64
 
 

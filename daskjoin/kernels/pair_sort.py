@@ -458,6 +458,57 @@ def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None, consume: 
     return oi, oj, (ov if has_value else None)
 
 
+@njit(cache=True, parallel=True)
+def _lane_cursors(i, cap, used, span, starts, nchunks):
+    """:func:`_cursors` of pairs held in lanes (lane ``l``'s at ``l * cap`` to ``l * cap + used[l]``, rows from 0),
+    chunks of whole lanes in parallel."""
+    lanes = used.shape[0]
+    counts = np.zeros((nchunks, span), np.int64)
+    for c in prange(nchunks):
+        for lane in range(lanes * c // nchunks, lanes * (c + 1) // nchunks):
+            for k in range(lane * cap, lane * cap + used[lane]):
+                counts[c, i[k]] += 1
+    _scan_cursors(counts, starts)
+    return counts
+
+
+@njit(cache=True, parallel=True)
+def _lane_scatter(i, j, vbits, cap, used, has_value, oj, cursor, nchunks):
+    """:func:`_scatter`'s packed words, ``j << 32 | value bits``, of pairs held in lanes (as :func:`_lane_cursors`)."""
+    lanes = used.shape[0]
+    for c in prange(nchunks):
+        for lane in range(lanes * c // nchunks, lanes * (c + 1) // nchunks):
+            for k in range(lane * cap, lane * cap + used[lane]):
+                at = cursor[c, i[k]]
+                cursor[c, i[k]] = at + 1
+                oj[at] = (j[k] << 32) | (np.int64(vbits[k]) if has_value else np.int64(0))
+
+
+def sort_lanes(i: np.ndarray, j: np.ndarray, value: np.ndarray | None, cap: int, used: np.ndarray, rows: int,
+               cols: int):
+    """Pairs held in lanes, as a kernel's one pass leaves them (lane ``l``'s ``used[l]`` pairs from ``l * cap``; rows
+    ``0 <= i < rows``, columns ``0 <= j < cols``), sorted by ``(i, j)`` without first moving them together: the
+    packed one-pass sort of :func:`sort_pairs` reading the lanes, the known spans in place of its pass for the
+    extremes.  ``(i[:n], a new j, value[:n])`` (the lanes' i and value arrays are the outputs; ``value``: 4-byte or
+    None), or None where that sort is not the one :func:`sort_pairs` would take (then move and sort as usual)."""
+    n = int(used.sum())
+    if value is not None and value.dtype.itemsize != 4:
+        return None
+    nchunks = max(1, min(numba.get_num_threads(), n // max(1, 2 * rows)))
+    if n < 2 or cols >= (1 << 31) or rows > SPAN_PER_PAIR * n + _SPAN_SLACK or _two_passes(n, rows, nchunks):
+        return None
+    has_value = value is not None
+    vbits = value.view(np.uint32) if has_value else np.zeros(1, np.uint32)
+    oj = np.empty(n, np.int64)
+    starts = np.empty(rows + 1, np.int64)
+    with serialised():
+        cursor = _lane_cursors(i, cap, used, rows, starts, nchunks)
+        _lane_scatter(i, j, vbits, cap, used, has_value, oj, cursor, nchunks)
+        oi, obits = i[:n], vbits[:n]  # read in full above: the runs' rows and values go here
+        _sort_runs_packed(oi, oj, obits, starts, has_value, 0, 0)
+    return oi, oj, (value[:n] if has_value else None)
+
+
 def _two_pass_wide(i, j, v, lo, jlo, span, consume):
     """The two-pass sort for 8-byte values (the set join's float64 similarity, the kNN-join's dist and rank): a
     pair's word carries its slot, and its value waits in a scratch array at that slot for its run's sort

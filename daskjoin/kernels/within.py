@@ -19,3 +19,15 @@ def within(x, a, y, b, eps2):
         if s > eps2:
             return -1.0
     return s
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def dist2(x, a, y, b):
+    """Squared distance of rows ``x[a]`` and ``y[b]``, summed in dimension order: :func:`within`'s value where it
+    returns one, and above eps2 where it returns -1 (its partial sums never decrease).  No early exit: for short rows
+    a caller can then decide a pair without a branch on the data (``d2 <= eps2``)."""
+    s = 0.0
+    for k in range(x.shape[1]):
+        t = np.float64(x[a, k]) - np.float64(y[b, k])
+        s += t * t
+    return s

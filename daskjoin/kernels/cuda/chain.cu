@@ -96,7 +96,7 @@ extern "C" __global__ void row_argmax(const float* __restrict__ a, i64 n, int m,
 #pragma unroll 8
     for (int j = lane; j < m; j += 32) {
         const float v = row[j];
-        // the largest first: the negated order (no float's order is INT_MIN, -0 being +0)
+        // the largest first: the negated order (a number's order lies within +-2,139,095,041: no overflow)
         const Pick p = isnan(v) ? Pick{0, 0, j} : Pick{1, -order_key(v), j};
         if (before(p, best)) best = p;
     }
