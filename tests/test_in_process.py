@@ -95,6 +95,32 @@ def test_in_process_and_cluster_write_the_same_bytes(no_cluster, tmp_path, clien
         assert (tmp_path / "here.parquet" / name).read_bytes() == (tmp_path / "there.parquet" / name).read_bytes()
 
 
+def test_the_grids_sorted_run_writes_the_bytes_the_tasks_sort_writes(no_cluster, tmp_path, monkeypatch):
+    """Partitions whose one pass held every pair come from the grid sorted (pair_sort.sort_lanes, one SortedRun the task
+    streams); the same plan with the count-then-fill path (unsorted batches, sorted by the task) writes the same bytes,
+    and both the oracle's pairs."""
+    from daskjoin.kernels import grid, pair_sort
+
+    x = _points(2, n=6000, d=2)
+    path = write_zarr(tmp_path / "x.zarr", x, chunk_rows=1500)
+    common = dict(eps=0.02, memory_budget="1MiB", partitioning="chunk_pairs", method="grid", backend="cpu")
+    assert dj.plan_join(path, **common).ntasks > 3
+    runs = []
+    here = pair_sort.sort_lanes
+    monkeypatch.setattr(grid, "sort_lanes", lambda *a: runs.append(1) or here(*a))
+    monkeypatch.setattr(grid, "SAMPLE_MIN_BLOCKS", 0)  # the sampled one pass at this size
+    monkeypatch.setattr(grid, "CAPACITY_SLACK", 4.0)
+    dj.similarity_join(path, out=tmp_path / "lanes.parquet", **common)
+    assert len(runs) > 3
+    monkeypatch.setattr(grid, "SAMPLE_MIN_BLOCKS", 10**9)  # count, then fill: batches the task sorts
+    dj.similarity_join(path, out=tmp_path / "sorted.parquet", **common)
+    names = _parts(tmp_path / "lanes.parquet")
+    assert names == _parts(tmp_path / "sorted.parquet")
+    for name in names:
+        assert (tmp_path / "lanes.parquet" / name).read_bytes() == (tmp_path / "sorted.parquet" / name).read_bytes()
+    assert_same_pairs(frame_triple(_read(tmp_path / "lanes.parquet")), oracle(x, None, 0.02), a=x, eps=0.02)
+
+
 @pytest.mark.parametrize("threads", [(4, 1), (1, 3), (4, 3)])
 def test_writer_and_task_threads_do_not_change_the_bytes(no_cluster, tmp_path, threads):
     """Pieces written by 1 or 4 writer threads, from 1 or 3 task threads: byte-identical files."""

@@ -490,7 +490,8 @@ def sort_lanes(i: np.ndarray, j: np.ndarray, value: np.ndarray | None, cap: int,
     ``0 <= i < rows``, columns ``0 <= j < cols``), sorted by ``(i, j)`` without first moving them together: the
     packed one-pass sort of :func:`sort_pairs` reading the lanes, the known spans in place of its pass for the
     extremes.  ``(i[:n], a new j, value[:n])`` (the lanes' i and value arrays are the outputs; ``value``: 4-byte or
-    None), or None where that sort is not the one :func:`sort_pairs` would take (then move and sort as usual)."""
+    None), or None where that sort does not fit: 8-byte values, columns past 2^31, fewer than two pairs, or the
+    spans' counting arrays past :func:`_two_passes`' limit (then move and sort as usual)."""
     n = int(used.sum())
     if value is not None and value.dtype.itemsize != 4:
         return None
