@@ -36,16 +36,32 @@ _SPAN_SLACK = 1 << 20
 _INSERTION_MAX = 48
 
 
+def contiguous(n: int, nchunks: int):
+    """The segments (:func:`_cursors`) of ``n`` pairs in one array, one a chunk."""
+    first = np.array([n * c // nchunks for c in range(nchunks)], np.int64)
+    return first, np.diff(np.r_[first, n]).astype(np.int64), np.arange(nchunks + 1, dtype=np.int64)
+
+
+def in_lanes(cap: int, used: np.ndarray, nchunks: int):
+    """The segments of pairs held in lanes (lane ``l``'s ``used[l]`` pairs from ``l * cap``), whole lanes a chunk."""
+    lanes = used.shape[0]
+    return (np.arange(lanes, dtype=np.int64) * cap, used.astype(np.int64),
+            np.array([lanes * c // nchunks for c in range(nchunks + 1)], np.int64))
+
+
 @njit(cache=True, parallel=True)
-def _cursors(i, lo, span, starts, nchunks):
+def _cursors(i, lo, span, starts, seg):
     """Per-chunk histograms of ``i``, scanned in (value, chunk) order: each chunk's first slot for each value
-    (so a scatter of the chunks in parallel is stable); ``starts[s]``: the first slot of value ``lo + s``."""
-    n = i.shape[0]
-    step = (n + nchunks - 1) // nchunks
+    (so a scatter of the chunks in parallel is stable); ``starts[s]``: the first slot of value ``lo + s``.
+    ``seg`` = (first, length, chunk): the pairs lie in segments (``first[g]`` to ``first[g] + length[g]``), chunk
+    ``c`` taking segments ``chunk[c]`` to ``chunk[c + 1]`` (:func:`contiguous`, :func:`in_lanes`)."""
+    first, length, chunk = seg
+    nchunks = chunk.shape[0] - 1
     counts = np.zeros((nchunks, span), np.int64)
     for c in prange(nchunks):
-        for k in range(c * step, min(n, (c + 1) * step)):
-            counts[c, i[k] - lo] += 1
+        for g in range(chunk[c], chunk[c + 1]):
+            for k in range(first[g], first[g] + length[g]):
+                counts[c, i[k] - lo] += 1
     _scan_cursors(counts, starts)
     return counts
 
@@ -66,23 +82,23 @@ def _scan_cursors(counts, starts):
 
 
 @njit(cache=True, parallel=True)
-def _scatter(i, j, v, lo, jlo, has_value, packed, oj, ov, cursor, nchunks):
-    """Stable counting sort on ``i``, chunks scattered in parallel from their ``cursor`` rows: ``j`` and the
-    value into ``oj`` and ``ov``, or where ``packed``, ``(j - jlo) << 32 | value bits`` (``v``: the values'
-    uint32 view) as one word into ``oj``."""
-    n = i.shape[0]
-    step = (n + nchunks - 1) // nchunks
-    for c in prange(nchunks):
-        for k in range(c * step, min(n, (c + 1) * step)):
-            s = i[k] - lo
-            at = cursor[c, s]
-            cursor[c, s] = at + 1
-            if packed:
-                oj[at] = ((j[k] - jlo) << 32) | (np.int64(v[k]) if has_value else np.int64(0))
-            else:
-                oj[at] = j[k]
-                if has_value:
-                    ov[at] = v[k]
+def _scatter(i, j, v, lo, jlo, has_value, packed, oj, ov, cursor, seg):
+    """Stable counting sort on ``i``, chunks (of segments ``seg``, as :func:`_cursors`) scattered in parallel from
+    their ``cursor`` rows: ``j`` and the value into ``oj`` and ``ov``, or where ``packed``,
+    ``(j - jlo) << 32 | value bits`` (``v``: the values' uint32 view) as one word into ``oj``."""
+    first, length, chunk = seg
+    for c in prange(chunk.shape[0] - 1):
+        for g in range(chunk[c], chunk[c + 1]):
+            for k in range(first[g], first[g] + length[g]):
+                s = i[k] - lo
+                at = cursor[c, s]
+                cursor[c, s] = at + 1
+                if packed:
+                    oj[at] = ((j[k] - jlo) << 32) | (np.int64(v[k]) if has_value else np.int64(0))
+                else:
+                    oj[at] = j[k]
+                    if has_value:
+                        ov[at] = v[k]
 
 
 @njit(cache=True, parallel=True)
@@ -203,30 +219,34 @@ def _two_passes(n: int, span: int, nchunks: int) -> bool:
 
 
 @njit(cache=True, parallel=True)
-def _bucket_scatter(i, j, vbits, lo, jlo, has_value, shift, nbuckets, words, rows, bstart, nchunks, wide, v64, vals):
+def _bucket_scatter(i, j, vbits, lo, jlo, has_value, shift, nbuckets, words, rows, bstart, seg, wide, v64, vals):
     """First pass of the two-pass sort: each pair's word ``(j - jlo) << 32 | value bits`` into ``words`` and its
     row ``i - lo`` into ``rows``, grouped by bucket ``(i - lo) >> shift`` (bucket b at ``bstart[b]`` to
-    ``bstart[b + 1]``); chunks of the input in parallel, each with its own cursors (the order within a bucket
-    does not matter: the second pass and the runs' sort order it).  ``wide`` (8-byte values ``v64``): the
-    word's low half is the pair's slot instead, and the value goes to that slot of ``vals``."""
-    n = i.shape[0]
+    ``bstart[b + 1]``); chunks of the input (of segments ``seg``, as :func:`_cursors`) in parallel, each with its
+    own cursors (the order within a bucket does not matter: the second pass and the runs' sort order it).
+    ``wide`` (8-byte values ``v64``): the word's low half is the pair's slot instead, and the value goes to that
+    slot of ``vals``."""
+    first, length, chunk = seg
+    nchunks = chunk.shape[0] - 1
     counts = np.zeros((nchunks, nbuckets), np.int64)
     for c in prange(nchunks):
-        for k in range(n * c // nchunks, n * (c + 1) // nchunks):
-            counts[c, (i[k] - lo) >> shift] += 1
+        for g in range(chunk[c], chunk[c + 1]):
+            for k in range(first[g], first[g] + length[g]):
+                counts[c, (i[k] - lo) >> shift] += 1
     _scan_cursors(counts, bstart)
     for c in prange(nchunks):
-        for k in range(n * c // nchunks, n * (c + 1) // nchunks):
-            r = i[k] - lo
-            b = r >> shift
-            at = counts[c, b]
-            counts[c, b] = at + 1
-            if wide:
-                words[at] = ((j[k] - jlo) << 32) | at
-                vals[at] = v64[k]
-            else:
-                words[at] = ((j[k] - jlo) << 32) | (np.int64(vbits[k]) if has_value else np.int64(0))
-            rows[at] = np.uint32(r)
+        for g in range(chunk[c], chunk[c + 1]):
+            for k in range(first[g], first[g] + length[g]):
+                r = i[k] - lo
+                b = r >> shift
+                at = counts[c, b]
+                counts[c, b] = at + 1
+                if wide:
+                    words[at] = ((j[k] - jlo) << 32) | at
+                    vals[at] = v64[k]
+                else:
+                    words[at] = ((j[k] - jlo) << 32) | (np.int64(vbits[k]) if has_value else np.int64(0))
+                rows[at] = np.uint32(r)
     return 0
 
 
@@ -262,20 +282,21 @@ def _place_buckets(words, rows, bstart, shift, span, out, oi, vbits, has_value, 
     return 0
 
 
-def _two_pass_sort(i, j, vbits, lo, jlo, has_value, span, words, rows, oi, oj, obits, wide=None):
+def _two_pass_sort(i, j, vbits, lo, jlo, has_value, span, words, rows, oi, oj, obits, wide=None, seg=None):
     """The packed path in two passes, for many pairs: buckets of consecutive ``i`` first (a few hundred write
     streams), then each bucket's rows placed and their runs sorted while the bucket is in cache; one pass's
     random write a pair missed the cache (16M pairs of 1M rows on the 2-core VM: 0.33-0.53 s and a 0.1 s
     histogram of every row, against two streaming passes).  ``words`` (int64) and ``rows`` (uint32) hold the
     first pass's words and rows for the second, which writes ``oi``, ``oj`` and ``obits``."""
-    n = i.shape[0]
+    n = i.shape[0] if seg is None else int(seg[1].sum())
     shift = max(0, (span - 1).bit_length() - BUCKET_BITS)
     nbuckets = ((span - 1) >> shift) + 1
     bstart = np.empty(nbuckets + 1, np.int64)
-    nchunks = max(1, min(numba.get_num_threads(), n // RADIX_CHUNK_MIN))
+    if seg is None:  # the pairs in one array (``seg``: where they lie, :func:`_cursors`)
+        seg = contiguous(n, max(1, min(numba.get_num_threads(), n // RADIX_CHUNK_MIN)))
     # wide: (the 8-byte values, their scratch, their output); else placeholders Numba types alike
     v64, vals, ov64 = wide if wide is not None else (_NO_WIDE, _NO_WIDE, _NO_WIDE)
-    _bucket_scatter(i, j, vbits, lo, jlo, has_value, shift, nbuckets, words, rows, bstart, nchunks, wide is not None,
+    _bucket_scatter(i, j, vbits, lo, jlo, has_value, shift, nbuckets, words, rows, bstart, seg, wide is not None,
                     v64, vals)
     _place_buckets(words, rows, bstart, shift, span, oj, oi, obits, has_value, lo, jlo, wide is not None, vals, ov64)
 
@@ -440,8 +461,9 @@ def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None, consume: 
                 _two_pass_sort(i, j, vbits, lo, jlo, has_value, span, words, rows, oi, oj, obits)
             else:
                 starts = np.empty(span + 1, np.int64)
-                cursor = _cursors(i, lo, span, starts, nchunks)
-                _scatter(i, j, vbits, lo, jlo, has_value, True, oj, obits, cursor, nchunks)
+                seg = contiguous(n, nchunks)
+                cursor = _cursors(i, lo, span, starts, seg)
+                _scatter(i, j, vbits, lo, jlo, has_value, True, oj, obits, cursor, seg)
                 _sort_runs_packed(oi, oj, obits, starts, has_value, lo, jlo)
         return oi, oj, (ov if has_value else None)
     # (8-byte values: their one pass scatters two columns, and only the two passes were measured on them)
@@ -452,61 +474,44 @@ def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None, consume: 
     ov = np.empty(n, v.dtype) if has_value else v
     starts = np.empty(span + 1, np.int64)
     with serialised():
-        cursor = _cursors(i, lo, span, starts, nchunks)
-        _scatter(i, j, v, lo, 0, has_value, False, oj, ov, cursor, nchunks)
+        seg = contiguous(n, nchunks)
+        cursor = _cursors(i, lo, span, starts, seg)
+        _scatter(i, j, v, lo, 0, has_value, False, oj, ov, cursor, seg)
         _sort_runs(oi, oj, ov, starts, has_value, lo)
     return oi, oj, (ov if has_value else None)
-
-
-@njit(cache=True, parallel=True)
-def _lane_cursors(i, cap, used, span, starts, nchunks):
-    """:func:`_cursors` of pairs held in lanes (lane ``l``'s at ``l * cap`` to ``l * cap + used[l]``, rows from 0),
-    chunks of whole lanes in parallel."""
-    lanes = used.shape[0]
-    counts = np.zeros((nchunks, span), np.int64)
-    for c in prange(nchunks):
-        for lane in range(lanes * c // nchunks, lanes * (c + 1) // nchunks):
-            for k in range(lane * cap, lane * cap + used[lane]):
-                counts[c, i[k]] += 1
-    _scan_cursors(counts, starts)
-    return counts
-
-
-@njit(cache=True, parallel=True)
-def _lane_scatter(i, j, vbits, cap, used, has_value, oj, cursor, nchunks):
-    """:func:`_scatter`'s packed words, ``j << 32 | value bits``, of pairs held in lanes (as :func:`_lane_cursors`)."""
-    lanes = used.shape[0]
-    for c in prange(nchunks):
-        for lane in range(lanes * c // nchunks, lanes * (c + 1) // nchunks):
-            for k in range(lane * cap, lane * cap + used[lane]):
-                at = cursor[c, i[k]]
-                cursor[c, i[k]] = at + 1
-                oj[at] = (j[k] << 32) | (np.int64(vbits[k]) if has_value else np.int64(0))
 
 
 def sort_lanes(i: np.ndarray, j: np.ndarray, value: np.ndarray | None, cap: int, used: np.ndarray, rows: int,
                cols: int):
     """Pairs held in lanes, as a kernel's one pass leaves them (lane ``l``'s ``used[l]`` pairs from ``l * cap``; rows
     ``0 <= i < rows``, columns ``0 <= j < cols``), sorted by ``(i, j)`` without first moving them together: the
-    packed one-pass sort of :func:`sort_pairs` reading the lanes, the known spans in place of its pass for the
-    extremes.  ``(i[:n], a new j, value[:n])`` (the lanes' i and value arrays are the outputs; ``value``: 4-byte or
-    None), or None where that sort does not fit: 8-byte values, columns past 2^31, fewer than two pairs, or the
-    spans' counting arrays past :func:`_two_passes`' limit (then move and sort as usual)."""
+    packed sort of :func:`sort_pairs` (one pass or two, as it would choose for ``rows``) reading the lanes, the
+    known spans in place of its pass for the extremes.  ``(i[:n], j', value[:n])``: the lanes' i and value arrays
+    are outputs, and j' a new array (one pass) or ``j[:n]`` (two passes, whose first pass reads the lanes into
+    scratch); ``value`` 4-byte or None.  None where that sort does not fit: 8-byte values, columns past 2^31, fewer
+    than two pairs, rows far more than pairs (then move and sort as usual)."""
     n = int(used.sum())
     if value is not None and value.dtype.itemsize != 4:
         return None
     nchunks = max(1, min(numba.get_num_threads(), n // max(1, 2 * rows)))
-    if n < 2 or cols >= (1 << 31) or rows > SPAN_PER_PAIR * n + _SPAN_SLACK or _two_passes(n, rows, nchunks):
+    if n < 2 or cols >= (1 << 31) or rows > SPAN_PER_PAIR * n + _SPAN_SLACK:
         return None
     has_value = value is not None
     vbits = value.view(np.uint32) if has_value else np.zeros(1, np.uint32)
-    oj = np.empty(n, np.int64)
-    starts = np.empty(rows + 1, np.int64)
+    oi, obits = i[:n], vbits[:n]  # each read in full by the first pass before the last pass writes it
     with serialised():
-        cursor = _lane_cursors(i, cap, used, rows, starts, nchunks)
-        _lane_scatter(i, j, vbits, cap, used, has_value, oj, cursor, nchunks)
-        oi, obits = i[:n], vbits[:n]  # read in full above: the runs' rows and values go here
-        _sort_runs_packed(oi, oj, obits, starts, has_value, 0, 0)
+        if _two_passes(n, rows, nchunks):
+            oj = j[:n]
+            seg = in_lanes(cap, used, max(1, min(numba.get_num_threads(), n // RADIX_CHUNK_MIN)))
+            _two_pass_sort(i, j, vbits, 0, 0, has_value, rows, np.empty(n, np.int64), np.empty(n, np.uint32), oi, oj,
+                           obits, seg=seg)
+        else:
+            oj = np.empty(n, np.int64)
+            starts = np.empty(rows + 1, np.int64)
+            seg = in_lanes(cap, used, nchunks)
+            cursor = _cursors(i, 0, rows, starts, seg)
+            _scatter(i, j, vbits, 0, 0, has_value, True, oj, vbits, cursor, seg)
+            _sort_runs_packed(oi, oj, obits, starts, has_value, 0, 0)
     return oi, oj, (value[:n] if has_value else None)
 
 
