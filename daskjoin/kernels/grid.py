@@ -42,8 +42,11 @@ LANES = 64
 SAMPLE_MIN_BLOCKS = 8 * LANES
 SAMPLE_EVERY = 64
 CAPACITY_SLACK = 1.15
-#: rows of at most this many dimensions are decided from their whole sum, without a branch (:func:`_visit_points`)
+#: rows of at most this many dimensions are decided without a branch on the data (:func:`_visit_points`)
 SHORT_ROWS = 4
+#: rows of at most this many dimensions are decided from their whole sum, not one that stops past eps2 (measured to
+#: 32 dimensions, where it was still 1.8x faster; longer rows keep the early exit)
+WHOLE_ROWS = 64
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -165,6 +168,7 @@ def _visit_points(c, a0, a1, qi, di, eps2, selfjoin, grid, work, fill, oi, oj, o
         if selfjoin == 2 and coords[k - 1] > 0:
             own_start = _first_at(di[1], di[2], di[5], qi[1][c] - 1)
     short = qpts.shape[1] <= SHORT_ROWS
+    whole = qpts.shape[1] <= WHOLE_ROWS
     for a in range(max(a0, s), min(a1, e)):
         pa = qperm[a]
         if k > 0:
@@ -212,14 +216,20 @@ def _visit_points(c, a0, a1, qi, di, eps2, selfjoin, grid, work, fill, oi, oj, o
                         pos += 1
                         b += step
                         continue
-                    if short:
-                        # short rows: the whole sum, the decision a number, and the slot written whether or not a
-                        # pair (kept by moving on): the unpredictable branch a candidate cost more than the write.
-                        # 200k uniform rows, the kernel on the 2-core VM: 2-d 0.047-0.050 -> 0.040-0.044 s, 3-d
-                        # 0.096 -> 0.064 s, 4-d 0.189 -> 0.127 s; 6-d, where pairs are rare (a branch that
-                        # predicts well) and most candidates fail in a few dimensions, 0.77 -> 0.91 s: not there
+                    # the whole sum where rows are not long (the same float64 sum in dimension order as within's,
+                    # which stops once past eps2: the same decisions): its per-dimension exit mispredicted and kept
+                    # the sum scalar.  200k uniform rows, the kernel on the 2-core VM: 5-d 0.41 -> 0.26-0.31 s, 6-d
+                    # 0.78 -> 0.49 s, 8-d 10.3 -> 3.1 s; 12-d 30k rows 17.6 -> 4.9 s, 32-d 20k rows 11.6 -> 6.5 s
+                    if whole:
                         d2 = dist2(qpts, a, dpts, b)
                         found = d2 <= eps2
+                    else:
+                        d2 = within(qpts, a, dpts, b, eps2)
+                        found = d2 >= 0.0
+                    if short:
+                        # short rows: the slot written whether or not a pair (kept by moving on): the pair's 50/50
+                        # branch cost more than the write (2-d 0.047-0.050 -> 0.040-0.044 s, 3-d 0.096 -> 0.064 s,
+                        # 4-d 0.189 -> 0.127 s); at 5- and 6-d, pairs rarer among the candidates, the two ways tie
                         if fill:
                             if pos < end:
                                 pb = dperm[b]
@@ -229,19 +239,17 @@ def _visit_points(c, a0, a1, qi, di, eps2, selfjoin, grid, work, fill, oi, oj, o
                             elif found:
                                 return -1
                         pos += found
-                    else:
-                        d2 = within(qpts, a, dpts, b, eps2)
-                        if d2 >= 0.0:
-                            if fill:
-                                if pos >= end:
-                                    return -1
-                                pb = dperm[b]
-                                if selfjoin and pb < pa:
-                                    oi[pos], oj[pos] = pb, pa
-                                else:
-                                    oi[pos], oj[pos] = pa, pb
-                                od[pos] = np.float32(np.sqrt(d2))
-                            pos += 1
+                    elif found:
+                        if fill:
+                            if pos >= end:
+                                return -1
+                            pb = dperm[b]
+                            if selfjoin and pb < pa:
+                                oi[pos], oj[pos] = pb, pa
+                            else:
+                                oi[pos], oj[pos] = pa, pb
+                            od[pos] = np.float32(np.sqrt(d2))
+                        pos += 1
                     b += step
     return pos
 
