@@ -48,6 +48,19 @@ def eps_for(x: np.ndarray, k: int, backend: str) -> float:
     return float(pooled[len(rows) * k - 1])
 
 
+def planned_share(x: np.ndarray, eps: float, d: int, gpu: bool):
+    """The grid's share that ``method="auto"`` would measure on the planner's sample (evenly spread rows), where
+    it would measure one (the CPU from ``CPU_SHARE_FROM_D`` dimensions), else None."""
+    from daskjoin import config
+    from daskjoin.planning.cost import wants_grid_share
+    from daskjoin.planning.estimate import sample_grid_share
+
+    if not wants_grid_share(d, gpu):
+        return None
+    rows = np.unique(np.linspace(0, len(x) - 1, min(len(x), int(config.get("sample-rows")))).astype(np.int64))
+    return sample_grid_share(np.ascontiguousarray(x[rows], np.float64), eps)
+
+
 def parse_spec(spec: str) -> tuple[str, dict]:
     """``NAME@KEY=VALUE;KEY=VALUE`` -> (name, options); values read as ``--option`` reads them."""
     from daskjoin.cli import parse_option_value
@@ -119,7 +132,8 @@ def main() -> None:
                 assert len(counts) == 1, f"methods disagree: {cell['counts']}"
                 timed = {m: s for m, s in cell["seconds"].items() if s is not None and "@" not in m}
                 cell["winner"] = min(timed, key=timed.get)
-                auto = choose_method("auto", d, gpu=gpu)[0]
+                auto = choose_method("auto", d, gpu=gpu, row_pairs=float(args.n) ** 2,
+                                     grid_share=planned_share(x, eps, d, gpu))[0]
                 cell["auto"] = auto
                 cell["auto_ratio"] = (timed[auto] / timed[cell["winner"]]) if auto in timed else math.inf
                 cells.append(cell)

@@ -14,7 +14,7 @@ from .io.parquet_out import OutputRun, check_replaceable
 from .io.zarr_in import ZarrSource, open_points
 from .kinds.epsilon import JoinJob
 from .options import BACKENDS, GPU_OPTIONS as _GPU_OPTIONS, OUTPUTS, check_gpu_options, check_options, resolve
-from .planning.cost import choose_method
+from .planning.cost import choose_method, wants_grid_share
 from .planning.plan import Plan
 from .planning.planner import make_plan
 from .planning.cache import cache_locations
@@ -172,6 +172,8 @@ def _plan(checked, *, method, partitioning, backend, client, gpu_options=None, c
     if gpu_options:  # the method follows from d, the sizes and the backend: its options checked before any data pass
         chosen, _ = choose_method(method, src_a.d, gpu=on_gpu,
                                   row_pairs=float(src_a.n) * float((src_a if src_b is None else src_b).n))
+        if method == "auto" and wants_grid_share(src_a.d, on_gpu):
+            chosen = "auto"  # auto's choice rests on the planning sample: any method's options now, its own once planned
         label = "gpu_options" if method == chosen else \
             f"gpu_options (--option; method 'auto' chose {chosen!r} for {src_a.d}-d rows)"
         options = tuple(sorted(check_gpu_options("epsilon", chosen, gpu_options, label).items()))
@@ -180,6 +182,9 @@ def _plan(checked, *, method, partitioning, backend, client, gpu_options=None, c
                      count_only=count_only, parallelism=parallelism,
                      share_backend=_share_backend(share_backend, resolved_backend, on_gpu, client, workers, parallelism),
                      device_memory=device_memory)
+    if options and plan.method != chosen:  # on the CPU, auto's choice can rest on the sample's grid share
+        label = f"gpu_options (--option; method 'auto' chose {plan.method!r} for {src_a.d}-d rows)"
+        options = tuple(sorted(check_gpu_options("epsilon", plan.method, dict(options), label).items()))
     if options:
         key = (id(plan), options)
         hit = CACHE.get("plan-options", key)

@@ -25,6 +25,7 @@ from daskjoin.planning import cost
 from daskjoin.planning.bounds import block_stats, box_d2
 from daskjoin.planning.chunk_pairs import block_rows_for, plan_block_pairs
 from daskjoin.planning.estimate import estimate_pairs
+from daskjoin.kernels import get_kernel
 from daskjoin.planning.plan import PAIR_BYTES, row_bytes
 from daskjoin.planning.slabs import owner_rows, plan_slabs, reach, split_dimension, work_cuts
 from daskjoin.planning.sorted_copy import KEY_STRIDE, SortedCopy, sort_in_memory
@@ -517,6 +518,42 @@ def test_choose_method():
     assert method == "brute" and "GPU" in reason
 
 
+def test_choose_method_by_the_grids_share():
+    """On the CPU from CPU_SHARE_FROM_D dimensions a known share decides, either way of the old rules: brute force
+    where kappa(d) d share reaches 1, the grid below; ignored on the GPU and below CPU_SHARE_FROM_D."""
+    low = cost.CPU_SHARE_FROM_D
+    assert not cost.wants_grid_share(low - 1, False) and cost.wants_grid_share(low, False)
+    assert not cost.wants_grid_share(64, True)
+    for d in (low, 8, 10, 12, 20, 21, 32, 64, 128):
+        edge = 1.0 / (cost.cpu_grid_kappa(d) * d)
+        method, reason = cost.choose_method("auto", d, row_pairs=1e30, grid_share=edge * 1.001)
+        assert method == "brute" and "sampled" in reason and f"d={d}" in reason and "BLAS" in reason
+        method, reason = cost.choose_method("auto", d, row_pairs=1.0, grid_share=edge * 0.999)
+        assert method == "grid" and "sampled" in reason
+        assert cost.choose_method("grid", d, grid_share=1.0) == ("grid", "requested")
+        assert cost.choose_method("auto", d, gpu=True, grid_share=0.0)[0] == cost.choose_method("auto", d, gpu=True)[0]
+    assert cost.choose_method("auto", low - 1, grid_share=1.0)[0] == "grid"
+    assert cost.cpu_grid_kappa(7) == cost.cpu_grid_kappa(20) < cost.cpu_grid_kappa(32) < cost.cpu_grid_kappa(64)
+    assert cost.cpu_grid_kappa(64) == cost.cpu_grid_kappa(1000)
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_estimate_grid_share_is_the_samples_candidate_share(cross):
+    """The share is the grid's decisions among the sample's pairs of rows, measured only where asked."""
+    rng = np.random.default_rng(31)
+    a = rng.random((700, 8))
+    b = rng.random((400, 8)) if cross else None
+    kernel = get_kernel("grid", "cpu")
+    est = estimate_pairs(a, 700, 0.4, b, None if b is None else 400, grid_share=True)
+    rows = 700 * 400 if cross else 700 * 699 / 2
+    assert est.grid_share == kernel.decisions(a, b, 0.4) / rows
+    assert 0.0 < est.grid_share <= 1.0
+    assert estimate_pairs(a, 700, 0.4, b, None if b is None else 400).grid_share is None
+    # every pair of rows is a candidate when eps spans the data; a count past them would be a bug
+    assert estimate_pairs(a, 700, 10.0, b, None if b is None else 400, grid_share=True).grid_share == 1.0
+    assert estimate_pairs(a[:1], 1, 0.4, grid_share=True).grid_share == 0.0
+
+
 def test_choose_partitioning():
     assert cost.choose_partitioning("slabs", fits_one_task=True, kept_fraction=0.0, nblocks=1) == ("slabs", "requested")
     got, reason = cost.choose_partitioning("auto", fits_one_task=True, kept_fraction=1.0, nblocks=50)
@@ -629,22 +666,34 @@ def test_plan_explain_cross_and_auto(client, tmp_path):
     plan = dj.plan_join(pa, pb, eps=1.0, backend="cpu", client=client)
     text = plan.explain()
     assert "A×B join" in text and pa in text and pb in text and "(500 × 20)" in text and "(300 × 20)" in text
-    assert "method:        brute on cpu" in text and f"d=20 >= {cost.CPU_BRUTE_FROM_D}" in text
+    assert "method:        brute on cpu" in text and "of brute force's distances (sampled)" in text
     assert "fits one task" in text and "tasks:         1" in text
     assert not plan.selfjoin and plan.d == 20
 
 
-def test_auto_takes_brute_at_8_to_11_d_only_for_small_cpu_joins(client):
-    """The planner passes the join's pairs of rows: a 2,000-row 8- to 10-d self-join takes brute (7-d the grid), a
-    10-d one of 330k rows (past CPU_BRUTE_SMALL_ROW_PAIRS) the grid."""
+def test_auto_follows_the_grids_sampled_share_on_the_cpu(client):
+    """From CPU_SHARE_FROM_D dimensions the planner measures the grid's candidates among the sample's pairs of rows
+    and takes the method the model predicts faster: 2,000 10-d rows at eps 0.5 (the grid would compute every
+    distance) take brute force, at eps 0.3 (4% of them) the grid, as 330k rows at eps 0.05; below 7-d the grid
+    always."""
     small = np.random.default_rng(3).random((2000, 10))
-    text = dj.plan_join(small, eps=0.3, backend="cpu", client=client).explain()
-    assert "method:        brute on cpu" in text and "pairs of rows" in text
-    for d, method in ((7, "grid"), (8, "brute"), (9, "brute")):  # the limits measured at 8- and 9-d (session 25)
-        assert dj.plan_join(small[:, :d], eps=0.3, backend="cpu", client=client).method == method
+    methods = set()
+    for d in (7, 8, 10):
+        for eps in (0.3, 0.5):
+            plan = dj.plan_join(small[:, :d], eps=eps, backend="cpu", client=client)
+            share = get_kernel("grid", "cpu").decisions(small[:, :d], None, eps) / (2000 * 1999 / 2)
+            assert f"computes {share:.3g} of brute force's distances (sampled)" in plan.explain()  # the sample: every row
+            predicted = cost.cpu_grid_kappa(d) * d * share
+            assert plan.method == ("brute" if predicted >= 1.0 else "grid"), (d, eps, predicted)
+            methods.add(plan.method)
+    assert methods == {"grid", "brute"}
+    assert dj.plan_join(small, eps=0.5, backend="cpu", client=client).method == "brute"
+    assert dj.plan_join(small, eps=0.3, backend="cpu", client=client).method == "grid"
+    assert dj.plan_join(small[:, :6], eps=0.5, backend="cpu", client=client).method == "grid"
     large = np.random.default_rng(4).random((330_000, 10)).astype(np.float32)
-    assert 330_000 ** 2 > cost.CPU_BRUTE_SMALL_ROW_PAIRS[10]
-    assert dj.plan_join(large, eps=0.05, backend="cpu", client=client).method == "grid"
+    plan = dj.plan_join(large, eps=0.05, backend="cpu", client=client)
+    assert plan.method == "grid" and "sampled" in plan.method_reason
+    assert dj.plan_join(small, eps=0.5, method="grid", backend="cpu", client=client).method == "grid"  # as asked
 
 
 def test_plan_over_budget_note(client):

@@ -86,6 +86,14 @@ class Kernel:
     def cross_count(self, a, b, eps, share=None) -> int:
         return self._join(a, b, eps, share).count()
 
+    def decisions(self, a, b, eps) -> int:
+        """The exact decisions (candidate pairs whose distance is computed) the driver would make, counted without
+        computing any, by the driver's work report (``work()``; ``b`` None: a self-join)."""
+        driver = self._join(a, b, eps)
+        if not hasattr(driver, "work"):
+            raise ValueError(f"the {self.method} driver on {self.backend} does not report its decisions")
+        return int(driver.work().sum())
+
     def self_batches(self, x, eps, max_pairs, with_distance=True, share=None):
         return self._join(x, None, eps, share).batches(max_pairs, with_distance)
 

@@ -25,15 +25,50 @@ CPU_BRUTE_FROM_D = 12
 #: against 4.66 / 6.46 s; 7-d the grid at 60k rows (0.71-0.74 s against 1.7 s).  So: d -> the most pairs of rows
 #: (n_a n_b) for which brute is taken below CPU_BRUTE_FROM_D, each where it was measured faster on both data.
 CPU_BRUTE_SMALL_ROW_PAIRS = {8: 50_000 ** 2, 9: 150_000 ** 2, 10: 1e11, 11: 1e11}
+#: (Those rules predate the grid's whole-sum decisions of session 27, 3x faster at 8-12 d, and hold only where
+#: the grid's share below is unknown.)  On the CPU from CPU_SHARE_FROM_D dimensions, where the planning sample
+#: gives the *grid's share* (its candidates, the pairs of rows whose distance it computes, among brute force's
+#: pairs of rows: ``Estimate.grid_share``), the grid's time over brute force's is about kappa(d) * d * share:
+#: brute force's time follows its pairs of rows alone (1.7-1.9 s for 60k rows at every d from 8 to 20, 10.6-11.0 s
+#: for 150k), the grid's its candidates times their length.  Measured (benchmarks/bench_methods.py and
+#: benchmarks/crossover_share.py on the 2-core VM, session 28; results methods-cpu-vm-2026-12-06-session28-*.json):
+#: kappa 0.36-0.47 on uniform and exponential data from 8- to 20-d, 60k and 150k rows, 32 and 256 neighbours
+#: (a share from 0.04 to 1); 0.50-0.56 at 32-d and 0.79-0.94 at 64-d (clusters, embeddings: there the grid also
+#: pays per point), so kappa rises from 0.45 at 20-d to 0.9 at 64-d.  The grid is taken while the predicted ratio stays below 1: at 150k rows it now wins
+#: through 10-d (uniform 9.9 s against 10.8 s), where the rules above took brute force.
+CPU_SHARE_FROM_D = 7
+#: kappa(d): (d, kappa) points, linear between them, flat outside
+CPU_GRID_KAPPA = ((20, 0.45), (64, 0.9))
 
 
-def choose_method(requested: str, d: int, *, gpu: bool = False, row_pairs: float | None = None) -> tuple[str, str]:
-    """``grid`` below the measured crossover dimensionality of the backend, ``brute`` from it; on the CPU also
-    at the dimensionalities of :data:`CPU_BRUTE_SMALL_ROW_PAIRS` where ``row_pairs`` (n_a n_b) is small enough."""
+def cpu_grid_kappa(d: int) -> float:
+    """kappa(d) of :data:`CPU_SHARE_FROM_D`'s model."""
+    (d0, k0), (d1, k1) = CPU_GRID_KAPPA
+    return k0 + (k1 - k0) * min(max(d - d0, 0), d1 - d0) / (d1 - d0)
+
+
+def wants_grid_share(d: int, gpu: bool) -> bool:
+    """Whether ``choose_method`` would use the grid's share (so the planner should measure it on its sample)."""
+    return not gpu and d >= CPU_SHARE_FROM_D
+
+
+def choose_method(requested: str, d: int, *, gpu: bool = False, row_pairs: float | None = None,
+                  grid_share: float | None = None) -> tuple[str, str]:
+    """``grid`` below the measured crossover dimensionality of the backend, ``brute`` from it; on the CPU, where
+    ``grid_share`` is known (:func:`wants_grid_share`), whichever the model of :data:`CPU_SHARE_FROM_D` predicts
+    faster; else at the dimensionalities of :data:`CPU_BRUTE_SMALL_ROW_PAIRS` brute force where ``row_pairs``
+    (n_a n_b) is small enough."""
     if requested != "auto":
         return requested, "requested"
     limit, where = (GPU_BRUTE_FROM_D, "GPU") if gpu else (CPU_BRUTE_FROM_D, "CPU")
     how = "tiled nested loop (box-pruned tiles)" if gpu else "nested loop behind float32 BLAS products (a proven filter)"
+    if grid_share is not None and wants_grid_share(d, gpu):
+        kappa = cpu_grid_kappa(d)
+        ratio = kappa * d * grid_share
+        said = (f"the grid computes {grid_share:.3g} of brute force's distances (sampled); its time over brute "
+                f"force's predicted at {kappa:g} x d x that = {ratio:.2g} (CPU, measured model)")
+        return ("brute", f"d={d}: {said}: the {how} wins") if ratio >= 1.0 else \
+            ("grid", f"d={d}: {said}: the ε-grid over non-empty cells wins")
     most = None if gpu or d >= limit else CPU_BRUTE_SMALL_ROW_PAIRS.get(d)
     if most is not None and row_pairs is not None and row_pairs <= most:
         return "brute", (f"d={d} and {row_pairs:.3g} pairs of rows <= {most:.3g}: on the CPU the {how} wins there "

@@ -24,6 +24,10 @@ class Estimate:
     #: input rows (i of A, j of B or of A) of the sample's pairs, where the sample rows were given and the
     #: pairs number at most PAIRS_LISTED: where in the input the pairs lie (per-partition estimates)
     pair_rows: tuple | None = field(default=None, repr=False, compare=False)
+    #: the share of the sample's pairs of rows whose distance the CPU grid computes (its candidates), where asked
+    #: (``grid_share``): the same share of the input's, in expectation (the grid's cells follow eps and the
+    #: bounds, not the row count), for ``method="auto"``'s choice between the grid and brute force
+    grid_share: float | None = None
 
     def describe(self) -> str:
         return f"~{self.pairs:,.0f} pairs (upper bound {self.upper:,.0f}; {self.sampled_pairs} pairs in a sample of {self.sample_size})"
@@ -66,12 +70,13 @@ def _pair_rows(kernel, sample_a, sample_b, eps, rows_a, rows_b, hits: int):
 
 def estimate_pairs(sample_a: np.ndarray, n_a: int, eps: float, sample_b: np.ndarray | None = None, n_b: int | None = None,
                    *, backend: str = "cpu", rows_a: np.ndarray | None = None, rows_b: np.ndarray | None = None,
-                   list_pairs: bool = True) -> Estimate:
+                   list_pairs: bool = True, grid_share: bool = False) -> Estimate:
     """``backend="gpu"`` where the join will run on a GPU: the sample is counted there (the same exact
     count), so a GPU run need not load the CPU kernels at all.  ``rows_a``/``rows_b``: the input rows of
     the sampled rows; given, the estimate also says where the sampled pairs lie (``pair_rows``), unless
     ``list_pairs`` is False (the planner lists them only for a plan of several partitions:
-    :func:`sample_pair_rows`)."""
+    :func:`sample_pair_rows`).  ``grid_share``: also the share of the sample's pairs of rows that are the CPU
+    grid's candidates (:attr:`Estimate.grid_share`)."""
     sample_a, rows_a = _thin(sample_a, rows_a)
     sample_b, rows_b = _thin(sample_b, rows_b)
     kernel = get_kernel("grid", backend)
@@ -85,6 +90,7 @@ def estimate_pairs(sample_a: np.ndarray, n_a: int, eps: float, sample_b: np.ndar
         hits = kernel.cross_count(sample_a, sample_b, eps) if m_a and m_b else 0
         scale = (n_a * n_b) / (m_a * m_b) if m_a and m_b else 0.0
         size = (m_a, m_b)
+    share = _grid_share(sample_a, eps, sample_b) if grid_share else None
     # Poisson upper bound on the sampled count (+2 sqrt + 4 keeps zero counts honest)
     upper_hits = hits + 2.0 * math.sqrt(hits) + 4.0
     total_pairs = n_a * (n_a - 1) / 2 if sample_b is None else n_a * (n_b or 0)
@@ -94,7 +100,19 @@ def estimate_pairs(sample_a: np.ndarray, n_a: int, eps: float, sample_b: np.ndar
         sampled_pairs=int(hits),
         sample_size=size,
         pair_rows=_pair_rows(kernel, sample_a, sample_b, eps, rows_a, rows_b, int(hits)) if list_pairs else None,
+        grid_share=share,
     )
+
+
+def _grid_share(sample_a: np.ndarray, eps: float, sample_b: np.ndarray | None) -> float:
+    m_a = sample_a.shape[0]
+    rows = m_a * (m_a - 1) / 2 if sample_b is None else m_a * sample_b.shape[0]
+    return get_kernel("grid", "cpu").decisions(sample_a, sample_b, eps) / rows if rows else 0.0
+
+
+def sample_grid_share(sample_a: np.ndarray, eps: float, sample_b: np.ndarray | None = None) -> float:
+    """:attr:`Estimate.grid_share` of an estimate made without it (the same sample and eps)."""
+    return _grid_share(_thin(sample_a)[0], eps, _thin(sample_b)[0])
 
 
 def sample_pair_rows(est: Estimate, sample_a: np.ndarray, eps: float, sample_b: np.ndarray | None = None, *,

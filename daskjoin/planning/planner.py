@@ -24,7 +24,7 @@ from . import cache, cost
 from .bounds import block_stats, stats_cached
 from .chunk_pairs import block_rows_for, plan_block_pairs
 from ..kernels import SHARE_METHODS, resolve_backend
-from .estimate import estimate_pairs, sample_pair_rows, shape_pairs
+from .estimate import estimate_pairs, sample_grid_share, sample_pair_rows, shape_pairs
 from .plan import DEVICE_SHARE, PAIR_BYTES, Partition, Plan, PlanStep, fmt_bytes, host_row_bytes, row_bytes
 from .slabs import owner_rows, plan_slabs, slab_rows_for, split_dimension, top_weights, work_cuts
 from .sorted_copy import SortedCopy, open_sorted, sort_in_memory, sorted_copy_exists
@@ -75,17 +75,24 @@ def _estimate_key(n_a: int, n_b: int, eps: float, fingerprints: tuple | None):
     return None if fingerprints is None else (fingerprints, n_a, n_b, eps, config.get("sample-rows"))
 
 
-def _estimate(stats_a, n_a: int, eps: float, stats_b, n_b: int, fingerprints: tuple | None, gpu: bool = False):
+def _estimate(stats_a, n_a: int, eps: float, stats_b, n_b: int, fingerprints: tuple | None, gpu: bool = False,
+              grid_share: bool = False):
+    """The sampled estimate (cached); ``grid_share``: with the CPU grid's share of the sample's pairs of rows
+    (for ``method="auto"``: ``cost.wants_grid_share``), measured where a cached estimate lacks it."""
     key = _estimate_key(n_a, n_b, eps, fingerprints)
     hit = None if key is None else CACHE.get("estimates", key)
     if hit is not None:
+        if grid_share and hit.grid_share is None:
+            share = sample_grid_share(stats_a.sample, eps, None if stats_b is None else stats_b.sample)
+            hit = CACHE.put("estimates", key, replace(hit, grid_share=share))
         return hit
     # an exact count of the sample: the same on either backend, so the cache key does not name one; on
     # this process's GPU where the tasks will run on GPUs and it has one (a client may have none)
     backend = _sample_backend(gpu)
     est = estimate_pairs(stats_a.sample, n_a, eps, None if stats_b is None else stats_b.sample,
                          None if stats_b is None else n_b, backend=backend, rows_a=stats_a.sample_rows,
-                         rows_b=None if stats_b is None else stats_b.sample_rows, list_pairs=False)
+                         rows_b=None if stats_b is None else stats_b.sample_rows, list_pairs=False,
+                         grid_share=grid_share)
     return est if key is None else CACHE.put("estimates", key, est)
 
 
@@ -324,8 +331,10 @@ def _make_plan(a: Source, b: Source | None, eps: float, *, method: str, partitio
     stats_a = _statistics("A", a, runner, fp_a, steps)
     stats_b = None if b is None else _statistics("B", b, runner, fp_b, steps)
     n_a, n_b = a.n, (a.n if b is None else b.n)
-    est = _estimate(stats_a, n_a, eps, stats_b, n_b, (fp_a, fp_b) if zarr_inputs else None, gpu=gpu)
-    chosen_method, method_reason = cost.choose_method(method, a.d, gpu=gpu, row_pairs=float(n_a) * float(n_b))
+    est = _estimate(stats_a, n_a, eps, stats_b, n_b, (fp_a, fp_b) if zarr_inputs else None, gpu=gpu,
+                    grid_share=method == "auto" and cost.wants_grid_share(a.d, gpu))
+    chosen_method, method_reason = cost.choose_method(method, a.d, gpu=gpu, row_pairs=float(n_a) * float(n_b),
+                                                      grid_share=est.grid_share)
     total_rows = n_a + (0 if b is None else n_b)
     held = 0.0 if count_only else est.upper  # the pairs a task holds: none when it only counts them
     per_row, row_cap = _task_rows(a, b, chosen_method, device_memory)
