@@ -188,3 +188,30 @@ def test_sort_lanes_declines_what_the_one_pass_sort_does_not_take(monkeypatch):
     assert pair_sort.sort_lanes(i, j, None, 4, used, 4, 1 << 31) is None  # columns past the packed word
     assert pair_sort.sort_lanes(i, j, None, 4, np.array([1, 0]), 4, 5) is None  # one pair: nothing to sort
     assert pair_sort.sort_lanes(i, j, None, 4, used, 1 << 22, 5) is None  # rows far more than pairs
+
+
+@pytest.mark.parametrize("case", ["uniform-8d", "duplicates", "one-dim", "cross", "one-point", "empty-b", "offset"])
+def test_decisions_count_the_work_reports_candidates(case):
+    """``GridJoin.decisions`` (a cell at a time: the planner's grid share) equals the work report's total, which
+    is at least the pair count and at most every pair of rows."""
+    rng = np.random.default_rng(7)
+    a, b, eps = rng.random((900, 8)), None, 0.35
+    if case == "duplicates":
+        a, eps = np.repeat(rng.random((60, 3)), 5, axis=0), 0.1
+    elif case == "one-dim":
+        a, eps = rng.random((800, 1)), 0.01
+    elif case == "cross":
+        a, b, eps = rng.random((500, 4)), rng.random((300, 4)), 0.2
+    elif case == "one-point":
+        a = a[:1]
+    elif case == "empty-b":
+        b = np.zeros((0, 8))
+    elif case == "offset":
+        a, eps = 1e6 + rng.random((700, 5)) * 1e-3, 2e-4
+    join = GridJoin(a, b, eps)
+    total = join.decisions()
+    assert total == int(join.work().sum()) == get_kernel("grid", "cpu").decisions(a, b, eps)
+    rows = len(a) * (len(a) - 1) // 2 if b is None else len(a) * len(b)
+    assert join.count() <= total <= rows
+    if case in ("uniform-8d", "duplicates", "cross"):
+        assert total > join.count()  # candidates beyond the pairs: a count of pairs would not pass

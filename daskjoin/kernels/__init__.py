@@ -90,9 +90,7 @@ class Kernel:
         """The exact decisions (candidate pairs whose distance is computed) the driver would make, counted without
         computing any, by the driver's work report (``work()``; ``b`` None: a self-join)."""
         driver = self._join(a, b, eps)
-        if not hasattr(driver, "work"):
-            raise ValueError(f"the {self.method} driver on {self.backend} does not report its decisions")
-        return int(driver.work().sum())
+        return driver.decisions() if hasattr(driver, "decisions") else int(driver.work().sum())
 
     def self_batches(self, x, eps, max_pairs, with_distance=True, share=None):
         return self._join(x, None, eps, share).batches(max_pairs, with_distance)

@@ -273,8 +273,8 @@ def _nprefix(strides):
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _count_cells(qi, di, eps2, selfjoin, grid, cells):
-    """Exact pair count of each cell listed in ``cells``."""
+def _count_cells(qi, di, eps2, selfjoin, grid, cells, decisions=False):
+    """Exact pair count of each cell listed in ``cells``; ``decisions``: its candidates instead (the work report)."""
     counts = np.zeros(cells.shape[0], np.int64)
     nblocks = (cells.shape[0] + CELLS_PER_BLOCK - 1) // CELLS_PER_BLOCK
     dummy_i = np.empty(0, np.int64)
@@ -284,9 +284,12 @@ def _count_cells(qi, di, eps2, selfjoin, grid, cells):
         work = _workspace(grid[4])
         for block in range(lane, nblocks, LANES):
             for t in range(block * CELLS_PER_BLOCK, min((block + 1) * CELLS_PER_BLOCK, cells.shape[0])):
-                counts[t] = _visit_cell(
-                    cells[t], qi, di, eps2, selfjoin, grid, work, False, dummy_i, dummy_i, dummy_d, 0, big
-                )
+                if decisions:  # (a call of its own: the count's keeps its constant False)
+                    counts[t] = _visit_cell(cells[t], qi, di, eps2, selfjoin, grid, work, 2, dummy_i, dummy_i,
+                                            dummy_d, 0, big)
+                else:
+                    counts[t] = _visit_cell(cells[t], qi, di, eps2, selfjoin, grid, work, False, dummy_i, dummy_i,
+                                            dummy_d, 0, big)
     return counts
 
 
@@ -457,6 +460,12 @@ class GridJoin:
         """Exact decisions (candidates) each query point makes, in sorted order (the work report)."""
         with serialised():
             return _candidates(*self._args())
+
+    def decisions(self) -> int:
+        """The number of exact decisions (candidates) of every query cell it searches: ``work().sum()``, counted
+        a cell at a time (the work report visits each point alone, and finds its cell's neighbour rows again)."""
+        with serialised():
+            return int(_count_cells(*self._args(), self.cells, True).sum())
 
     def counts(self) -> np.ndarray:
         """Exact pair count of every query cell it searches (``self.cells``; cached)."""

@@ -104,7 +104,13 @@ def estimate_pairs(sample_a: np.ndarray, n_a: int, eps: float, sample_b: np.ndar
     )
 
 
+#: the grid's share is measured on at most this many of the sample's rows (each side): an unbiased share either
+#: way, and its count of candidates costs ~30 ms on 20,000 8-d rows, ~2 ms on 5,000
+SHARE_SAMPLE = 5000
+
+
 def _grid_share(sample_a: np.ndarray, eps: float, sample_b: np.ndarray | None) -> float:
+    sample_a, sample_b = (None if x is None else x[::-(-x.shape[0] // SHARE_SAMPLE) or 1] for x in (sample_a, sample_b))
     m_a = sample_a.shape[0]
     rows = m_a * (m_a - 1) / 2 if sample_b is None else m_a * sample_b.shape[0]
     return get_kernel("grid", "cpu").decisions(sample_a, sample_b, eps) / rows if rows else 0.0
