@@ -28,7 +28,7 @@ sets=tests/test_set_join.py
 launch one ann tests/test_gpu.py tests/test_overhead.py tests/test_set_groups.py tests/test_cuda_sources.py -k "not method_options"
 launch one options tests/test_gpu.py tests/test_gpu_ids.py -k "method_options or gpu_ids"
 launch one registry tests/test_kernel_registry.py tests/test_knn_gpu.py tests/test_host_copy.py tests/test_host_pool.py tests/test_work_report.py tests/test_brute_tc_gpu.py
-launch one knn-tc tests/test_knn_tc_gpu.py
+launch one knn-tc tests/test_knn_tc_gpu.py tests/test_pivot_chain.py
 launch all clusters tests/test_gpu_cluster.py tests/test_memory_retry.py tests/test_query_shares.py -k "not rmm_pool"
 launch one sets-block "$sets" -k "block"
 launch one sets-thread "$sets" -k "thread"
