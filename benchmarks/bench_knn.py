@@ -9,7 +9,9 @@ Workloads (``--workloads``, comma-separated):
 - ``methods``: every method's kernel on uniform 3-d and 6-d and clustered 8-, 16- and 64-d data (``--methods-n``
   rows, k = 16): where ``method="auto"``'s choice comes from;
 - ``gemm-crossover``: ``brute`` searching directly and through the GEMM filter, d = 4 .. 64
-  (``--crossover-n`` clustered rows, k = 16): where ``kernels.knn_gemm.GEMM_MIN_D`` comes from.
+  (``--crossover-n`` clustered rows, k = 16): where ``kernels.knn_gemm.GEMM_MIN_D`` comes from;
+- ``range``: the CPU grid's kernel with its range pass (``kernels/knn_range.py``) and without (rings alone), and
+  cKDTree, on uniform 4-, 5- and 6-d, clustered 6-d and embedding 5-d rows (``--range-n`` rows, k = 16).
 
 Per workload, each timed with ``time.perf_counter`` (best of ``--repeat``):
 
@@ -154,6 +156,35 @@ def methods(args):
     return {"workload": "methods", "backend": args.backend, "rows": rows}
 
 
+def range_pass(args):
+    """The CPU grid with its range pass and with the rings alone (the same rows: checked), and cKDTree."""
+    from daskjoin.io.synth import generate
+    from daskjoin.kernels import knn_range
+
+    rows_out = []
+    default = knn_range.MIN_D
+    for kind, d in (("uniform", 4), ("uniform", 5), ("uniform", 6), ("clusters", 6), ("embeddings", 5)):
+        x = generate(kind, args.range_n, d, seed=0)
+        times, outs = {}, {}
+        for name, min_d in (("range pass", default), ("rings alone", 10 ** 9)):
+            knn_range.MIN_D = min_d
+            kernel_rows(x[:6000], 16, "grid", "cpu")  # compile / warm (6,000 rows: the range pass runs)
+            times[name], _, outs[name] = _best(lambda: kernel_rows(x, 16, "grid", "cpu"), args.repeat)
+        knn_range.MIN_D = default
+        same = all(np.array_equal(a, b) for a, b in zip(outs["range pass"], outs["rings alone"]))
+        times["cKDTree.query(workers=-1)"], _, _ = _best(lambda: ckdtree(x, 16), 1)
+        row = {"data": kind, "d": d, "n": len(x), "seconds": times, "same_rows": same,
+               "speedup": times["rings alone"] / times["range pass"],
+               "vs_ckdtree": times["cKDTree.query(workers=-1)"] / times["range pass"]}
+        rows_out.append(row)
+        print(f"{kind:<10} d={d}  " + "  ".join(f"{m} {t:7.3f} s" for m, t in times.items())
+              + f"  x{row['speedup']:.2f} over the rings, x{row['vs_ckdtree']:.2f} over cKDTree, same rows: {same}",
+              flush=True)
+        if not same:
+            print("!!!!!!!! MISMATCH: the range pass and the rings gave different rows", flush=True)
+    return {"workload": "range", "backend": "cpu", "rows": rows_out}
+
+
 def _brute_driver(x, backend):
     from daskjoin.kernels.registry import make
 
@@ -223,6 +254,7 @@ def main(argv=None):
     p.add_argument("--skip-torch", action="store_true")
     p.add_argument("--crossover-n", type=int, default=20_000, help="rows of the gemm-crossover workload")
     p.add_argument("--methods-n", type=int, default=50_000, help="rows of the methods workload")
+    p.add_argument("--range-n", type=int, default=300_000, help="rows of the range workload")
     p.add_argument("--out-json", default=None)
     args = p.parse_args(argv)
     from daskjoin.io.synth import generate
@@ -237,6 +269,8 @@ def main(argv=None):
             results.append(methods(args))
         elif name == "gemm-crossover":
             results.append(gemm_crossover(args))
+        elif name == "range":
+            results.append(range_pass(args))
         elif name == "bigk":
             results.append(run(name, generate("uniform", 200_000, 3, seed=0), 1000, args, budget="2GB"))
         else:

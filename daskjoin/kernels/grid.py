@@ -570,6 +570,36 @@ class GridJoin:
             else:
                 yield self._fill_exact(cells[k0:k1], counts[k0:k1], with_distance)
 
+    def segments(self, max_pairs: int, estimate: float | None = None):
+        """The pairs (i, j), in batches of at most ``max_pairs``, each in segments whose query points are
+        disjoint: ``(i, j, first, length)``, segment g the pairs ``first[g]`` to ``first[g] + length[g]``, so
+        that a batch's segments may be consumed in parallel, each query's state touched by one (the kNN-join's
+        range pass, :mod:`.knn_range`).  The one pass's lanes (each its own cells), then the cells it left;
+        ``estimate``: the pairs expected, where the caller knows (else sampled from the cells, where they are
+        enough to sample: :meth:`batches`)."""
+        max_pairs = max(1, int(max_pairs))
+        if max_pairs < LANES * 1024:
+            estimate = None
+        elif estimate is None:
+            estimate = self._estimated()
+        if estimate is None:
+            cells, counts = self.cells, self.counts()
+        else:
+            cap = min(int(estimate * CAPACITY_SLACK / LANES) + 1024, max_pairs // LANES)
+            (bi, bj, _), used, cells = self._lanes(cap)
+            yield bi, bj, np.arange(LANES, dtype=np.int64) * cap, used
+            with serialised():
+                counts = _count_cells(*self._args(), cells)
+        for k0, k1 in bounded_ranges(counts, max_pairs):
+            if k1 - k0 == 1 and counts[k0] > max_pairs:
+                for bi, bj, _ in self._cell_batches(int(cells[k0]), max_pairs, False):
+                    yield bi, bj, np.zeros(1, np.int64), np.full(1, len(bi), np.int64)  # one segment: one cell
+            else:
+                bi, bj, _ = self._fill_exact(cells[k0:k1], counts[k0:k1], False)
+                first = np.zeros(k1 - k0, np.int64)
+                np.cumsum(counts[k0:k1 - 1], out=first[1:])
+                yield bi, bj, first, np.ascontiguousarray(counts[k0:k1], np.int64)
+
     def _cell_batches(self, c: int, max_pairs: int, with_distance: bool):
         """The pairs of one cell with more than ``max_pairs`` pairs, in batches of at most ``max_pairs``."""
         args = self._args()

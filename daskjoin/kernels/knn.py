@@ -181,23 +181,25 @@ def _cell_bound(q, dims, origin, widths, slack, coords):
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan_cell(q, qid, exclude, pts, perm, first_id, s, e, hd, hj):
+def _scan_cell(q, qid, exclude, pts, perm, first_id, s, e, hd, hj, floor):
+    """Offer the points at sorted positions [s, e) to the query's list: those whose squared distance is above
+    ``floor`` (-1: every point; the range pass of :mod:`.knn_range` offered the others already)."""
     for b in range(s, e):
         d2 = _bounded_d2(q, pts, b, hd[0])
-        if d2 >= 0.0:  # the row id looked up only for a point that made the cut
+        if d2 > floor:  # (-1 where the sum passed the k-th) the row id looked up only for a point that made the cut
             jid = first_id + perm[b]
             if not (exclude and jid == qid):
                 _offer(hd, hj, d2, jid)
 
 
 @numba.njit(cache=True, nogil=True)
-def _grid_query(q, qid, exclude, index, grid, stencil, box, first_id, hd, hj, coords, lo, hi, cur):
+def _grid_query(q, qid, exclude, index, grid, stencil, box, first_id, hd, hj, coords, lo, hi, cur, floor):
     pts, ids, start, ccoords, perm, dense = index
     dims, origin, widths, ncells, strides, slack = grid
     offsets, coarse, outside = stencil
     kd = dims.shape[0]
     if kd == 0:
-        _scan_cell(q, qid, exclude, pts, perm, first_id, 0, pts.shape[0], hd, hj)
+        _scan_cell(q, qid, exclude, pts, perm, first_id, 0, pts.shape[0], hd, hj, floor)
         return
     inside = True
     for m in range(kd):
@@ -205,7 +207,7 @@ def _grid_query(q, qid, exclude, index, grid, stencil, box, first_id, hd, hj, co
         inside = inside and 0 <= c < ncells[m]
         coords[m] = min(max(c, 0), ncells[m] - 1)
     if not inside:  # (an A×B query outside the data's grid) rings from its nearest cell
-        _rings(q, qid, exclude, index, grid, first_id, hd, hj, coords, lo, hi, cur, 0)
+        _rings(q, qid, exclude, index, grid, first_id, hd, hj, coords, lo, hi, cur, 0, floor)
         return
     if hd.shape[0] >= SEED_MIN_K and hd[0] == np.inf:
         _seed(q, exclude, index, grid, stencil, box, hd, hj, coords, cur)
@@ -225,11 +227,11 @@ def _grid_query(q, qid, exclude, index, grid, stencil, box, first_id, hd, hj, co
             continue
         a, b = _cell_range(lid, ids, start, dense)
         if b > a:
-            _scan_cell(q, qid, exclude, pts, perm, first_id, a, b, hd, hj)
+            _scan_cell(q, qid, exclude, pts, perm, first_id, a, b, hd, hj, floor)
     if outside > hd[0]:  # every cell beyond the cube is farther than the k-th
         return
     _rings(q, qid, exclude, index, grid, first_id, hd, hj, coords, lo, hi, cur, (offsets.shape[0] and
-           np.abs(offsets).max()) + 1)
+           np.abs(offsets).max()) + 1, floor)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -283,7 +285,7 @@ def _seed(q, exclude, index, grid, stencil, box, hd, hj, coords, cur):
 
 
 @numba.njit(cache=True, nogil=True)
-def _rings(q, qid, exclude, index, grid, first_id, hd, hj, coords, lo, hi, cur, r):
+def _rings(q, qid, exclude, index, grid, first_id, hd, hj, coords, lo, hi, cur, r, floor):
     """Rings of cells at Chebyshev distance r, r + 1, ... from the query's (clamped) cell until nothing
     outside the rings visited can sort before the k-th."""
     pts, ids, start, ccoords, perm, dense = index
@@ -306,7 +308,7 @@ def _rings(q, qid, exclude, index, grid, first_id, hd, hj, coords, lo, hi, cur, 
                     continue  # visited by an earlier ring
                 if _cell_bound(q, dims, origin, widths, slack, ccoords[c]) > hd[0]:
                     continue
-                _scan_cell(q, qid, exclude, pts, perm, first_id, start[c], start[c + 1], hd, hj)
+                _scan_cell(q, qid, exclude, pts, perm, first_id, start[c], start[c + 1], hd, hj, floor)
             return
         # the cells of ring r (Chebyshev distance r from the query's cell), odometer over the cube
         for m in range(kd):
@@ -321,7 +323,7 @@ def _rings(q, qid, exclude, index, grid, first_id, hd, hj, coords, lo, hi, cur, 
             if ring and _cell_bound(q, dims, origin, widths, slack, cur) <= hd[0]:
                 s, e = _cell_range(lid, ids, start, dense)
                 if e > s:
-                    _scan_cell(q, qid, exclude, pts, perm, first_id, s, e, hd, hj)
+                    _scan_cell(q, qid, exclude, pts, perm, first_id, s, e, hd, hj, floor)
             m = kd - 1
             while m >= 0:
                 cur[m] += 1
@@ -346,7 +348,7 @@ def _rings(q, qid, exclude, index, grid, first_id, hd, hj, coords, lo, hi, cur, 
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _grid(queries, qids, exclude, index, grid, stencil, box, first_id, best_d2, best_j, order):
+def _grid(queries, qids, exclude, index, grid, stencil, box, first_id, best_d2, best_j, order, floor):
     kd, d, m = grid[0].shape[0], queries.shape[1], order.shape[0]
     chunks = min(m, 1024)
     for c in numba.prange(chunks):
@@ -360,7 +362,7 @@ def _grid(queries, qids, exclude, index, grid, stencil, box, first_id, best_d2, 
             for v in range(d):
                 q[v] = queries[t, v]
             _grid_query(q, qids[t], exclude, index, grid, stencil, box, first_id, best_d2[t], best_j[t], coords, lo,
-                        hi, cur)
+                        hi, cur, floor)
 
 
 def _query_order(queries: np.ndarray, spec) -> np.ndarray:
@@ -449,17 +451,33 @@ class KnnGrid:
         geometry = GridGeometry(lo, hi, self.n, self.k)
         self.spec, self.grid, self.stencil, self.box = geometry.spec, geometry.grid, geometry.stencil, geometry.box
         self.index = build_index(data, self.spec).as_tuple()
+        self.data = data  # the range pass's ε-grid (kernels/knn_range.py)
 
     def search(self, queries, query_ids, best_d2, best_j, exclude_self: bool) -> None:
         if not len(queries) or not self.n:
             return
+        from .knn_range import range_pass, sampled_bound
+
         queries = np.ascontiguousarray(queries)
+        sampled = sampled_bound(self, queries, query_ids, exclude_self)
+        if sampled is None:
+            self.rings(queries, query_ids, best_d2, best_j, exclude_self, None, -1.0)
+            return
+        bound2, pairs = sampled
+        rest = range_pass(self, queries, query_ids, best_d2, best_j, exclude_self, bound2, pairs)
+        if rest.size:
+            self.rings(queries, query_ids, best_d2, best_j, exclude_self, rest, bound2)
+
+    def rings(self, queries, query_ids, best_d2, best_j, exclude_self: bool, rows, floor: float) -> None:
+        """The rings search of the queries ``rows`` (None: all), offering only points farther than ``floor``."""
         with serialised():
             # queries visited in cell order: neighbouring queries read the same cells (cache), and the
             # threads' shares stay spread over the data
             order = _query_order(queries, self.spec)
+            if rows is not None:
+                order = order[np.isin(order, rows)]
             _grid(queries, np.ascontiguousarray(query_ids, np.int64), bool(exclude_self),
-                  self.index, self.grid, self.stencil, self.box, self.first_id, best_d2, best_j, order)
+                  self.index, self.grid, self.stencil, self.box, self.first_id, best_d2, best_j, order, float(floor))
 
 
 # ------------------------------------------------------------------ the lists as output rows
