@@ -160,6 +160,7 @@ def range_pass(args):
     """The CPU grid with its range pass and with the rings alone (the same rows: checked), and cKDTree."""
     from daskjoin.io.synth import generate
     from daskjoin.kernels import knn_range
+    from daskjoin.kernels.registry import make
 
     rows_out = []
     default = knn_range.MIN_D
@@ -173,12 +174,15 @@ def range_pass(args):
         knn_range.MIN_D = default
         same = all(np.array_equal(a, b) for a, b in zip(outs["range pass"], outs["rings alone"]))
         times["cKDTree.query(workers=-1)"], _, _ = _best(lambda: ckdtree(x, 16), 1)
-        row = {"data": kind, "d": d, "n": len(x), "seconds": times, "same_rows": same,
+        ids = np.arange(len(x), dtype=np.int64)
+        ran = knn_range.sampled_bound(make("knn", "grid", "cpu", x, 16, 0), x, ids, True) is not None
+        row = {"data": kind, "d": d, "n": len(x), "seconds": times, "same_rows": same, "range_pass_ran": ran,
                "speedup": times["rings alone"] / times["range pass"],
                "vs_ckdtree": times["cKDTree.query(workers=-1)"] / times["range pass"]}
         rows_out.append(row)
         print(f"{kind:<10} d={d}  " + "  ".join(f"{m} {t:7.3f} s" for m, t in times.items())
-              + f"  x{row['speedup']:.2f} over the rings, x{row['vs_ckdtree']:.2f} over cKDTree, same rows: {same}",
+              + f"  x{row['speedup']:.2f} over the rings, x{row['vs_ckdtree']:.2f} over cKDTree, same rows: {same}"
+              + ("" if ran else " (the pass declined: too many rows within the sampled radius)"),
               flush=True)
         if not same:
             print("!!!!!!!! MISMATCH: the range pass and the rings gave different rows", flush=True)
