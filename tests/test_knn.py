@@ -228,33 +228,35 @@ def test_large_k_starts_from_an_upper_bound(d):
 
 
 def test_auto_method_follows_the_measured_crossovers():
-    from daskjoin.planning.knn import SZL_MAX_D, choose_knn_method
+    from daskjoin.planning.knn import CPU_GRID_MAX_D, choose_knn_method
 
     assert choose_knn_method("auto", 3)[0] == choose_knn_method("auto", 6, True)[0] == "grid"
-    assert choose_knn_method("auto", 8)[0] == choose_knn_method("auto", SZL_MAX_D)[0] == "szl"
-    assert choose_knn_method("auto", 8, True)[0] == "brute"  # on GPUs the filtered brute force wins
-    assert choose_knn_method("auto", SZL_MAX_D + 1)[0] == "brute"
+    assert choose_knn_method("auto", 7)[0] == choose_knn_method("auto", CPU_GRID_MAX_D)[0] == "grid"  # range pass
+    assert choose_knn_method("auto", 7, True)[0] == choose_knn_method("auto", 8, True)[0] == "brute"  # on GPUs
+    assert choose_knn_method("auto", CPU_GRID_MAX_D + 1)[0] == "brute"
+    assert "szl" not in {choose_knn_method("auto", d, gpus)[0] for d in range(1, 70) for gpus in (False, True)}
     assert choose_knn_method("szl", 2) == ("szl", "chosen by the caller")
     x = np.random.default_rng(0).random((300, 9))
-    assert "szl" in dj.plan_knn(x[:, :8], k=3, backend="cpu").explain()
-    assert dj.plan_knn(x, k=3, backend="cpu").method == "brute"  # from 9-d (session 25's crossover)
+    assert "range pass" in dj.plan_knn(x[:, :8], k=3, backend="cpu").explain()
+    assert dj.plan_knn(x, k=3, backend="cpu").method == "brute"  # from 9-d
 
 
 def test_planner_counts_each_methods_index():
     """The block a task holds is sized with the method's index (planning mirrors the kernels' constants)."""
-    from daskjoin.kernels import knn_gemm, knn_szl, knn_tc
+    from daskjoin.kernels import knn_gemm, knn_range, knn_szl, knn_tc
     from daskjoin.planning import knn as planning
 
     assert planning.SZL_LISTS_MAX == knn_szl.MAX_LISTS and planning.GEMM_FROM_D == knn_gemm.GEMM_MIN_D
-    assert planning.TC_FROM_D == knn_tc.TC_FROM_D
+    assert planning.TC_FROM_D == knn_tc.TC_FROM_D and planning.RANGE_FROM_D == knn_range.MIN_D
     assert planning.index_row_bytes("grid", 3) == 0 and planning.index_row_bytes("brute", 3) == 0
+    assert planning.index_row_bytes("grid", 4) == 8 * 4 + 16 and planning.query_row_bytes("grid", 4, 9) == 16 * 4 + 32
     assert planning.index_row_bytes("szl", 8) == 4 * 8 + 16 * 8
     x = np.random.default_rng(0).random((4000, 8))
     blocks = {m: len(dj.plan_knn(x, k=4, method=m, backend="cpu", memory_budget="400KB").blocks)
               for m in ("grid", "brute", "szl")}
-    assert blocks["szl"] > blocks["brute"] > blocks["grid"], blocks
+    assert blocks["szl"] > blocks["grid"] > blocks["brute"], blocks  # 8-d: the range pass's index (80 bytes a row)
     # the GPU szl kernel's per-query scratch (2 x k and 2 x d words of 8 bytes) sizes the query side too
-    assert planning.query_row_bytes("szl", 8, 100) == 16 * 108 and planning.query_row_bytes("grid", 8, 100) == 0
+    assert planning.query_row_bytes("szl", 8, 100) == 16 * 108 and planning.query_row_bytes("grid", 3, 100) == 0
     tasks = {m: dj.plan_knn(x, k=100, method=m, backend="cpu", memory_budget="2MB").ntasks for m in ("brute", "szl")}
     assert tasks["szl"] > tasks["brute"], tasks
 

@@ -30,6 +30,9 @@ ROW_OUT_BYTES = 48
 SZL_LISTS_MAX = 8
 GEMM_FROM_D = 4
 TC_FROM_D = 16
+#: ``knn_range.MIN_D``: from here the CPU grid's range pass builds the ε-grid's indexes of the block and of the
+#: queries (its pairs, at most ``knn_range.BATCH_PAIRS`` at a time, ~84 MB, are not per row)
+RANGE_FROM_D = 4
 
 
 def index_row_bytes(method: str, d: int) -> int:
@@ -43,13 +46,18 @@ def index_row_bytes(method: str, d: int) -> int:
         return 10 * d + 64 + 24            # grid rows (2 bytes a coordinate, padded), norms, residuals, order
     if method == "brute" and d >= GEMM_FROM_D:
         return 4 * d + 12
+    if method == "grid" and d >= RANGE_FROM_D:  # the range pass's ε-grid: the rows sorted by cell, their order
+        return 8 * d + 16
     return 0
 
 
 def query_row_bytes(method: str, d: int, k: int) -> int:
     """Bytes per query row a method's search adds beside the query, its lists and its output rows: the
     GPU szl kernel's scratch (a candidate distance and id per neighbour, two d-vectors of Z-order words;
-    ``kernels/knn_gpu.KnnSzlGpu._run``), counted on every backend since the plan may run on either."""
+    ``kernels/knn_gpu.KnnSzlGpu._run``), counted on every backend since the plan may run on either; the CPU
+    grid's range pass (a run's queries copied and indexed)."""
+    if method == "grid" and d >= RANGE_FROM_D:  # the range pass: a run's copy of its queries, and their ε-grid
+        return 16 * d + 32
     return 16 * (k + d) if method == "szl" else 0
 #: ``method="auto"`` (``bench_knn.py --workloads methods``, k = 16; benchmarks/results/knn-methods-*.json): the
 #: grid up to GRID_MAX_D dimensions on both backends; beyond, on CPU workers the Z-lists up to SZL_MAX_D
@@ -58,10 +66,15 @@ def query_row_bytes(method: str, d: int, k: int) -> int:
 #: (kernels/knn_gemm.py), szl against brute: 50k rows 7-d 2.23 / 2.33 s, 8-d 2.57 / 2.41, 9-d 3.55 / 2.40, 10-d
 #: 3.61 / 2.45, 12-d 4.49 / 2.49 (16-d 6.97 / 2.55, 64-d 60.6 / 4.08: knn-methods-cpu-vm-2026-11-27-session25.json);
 #: 150k rows 7-d 13.8 / 19.4, 8-d 17.2 / 19.1, 9-d 21.7 / 19.0, 10-d 27.7 / 20.4, 12-d 36.9 / 20.4.  Brute grows as
-#: n^2, szl as about n^1.7-1.9: szl keeps 7- and 8-d (where it wins on the larger join), brute from 9-d.  (Before
-#: the GEMM filter: 8-d szl 2.3 s, brute 6.8 s; 16-d 6.7 s against 6.9 s; SZL_MAX_D was 12.)
+#: n^2, szl as about n^1.7-1.9: szl kept 7- and 8-d (where it won on the larger join), brute from 9-d.  (Before
+#: the GEMM filter: 8-d szl 2.3 s, brute 6.8 s; 16-d 6.7 s against 6.9 s; SZL_MAX_D was 12.)  Since the CPU grid's
+#: range pass (kernels/knn_range.py, session 28; 150k rows, k = 16, the driver's rows on the 2-core VM), grid /
+#: szl / brute: uniform 7-d 4.05 / 101 / 21.3 s, uniform 8-d 14.5 / 94.5 / 20.3 s, clustered 8-d 3.23 / 15.2 /
+#: 20.9 s: the CPU takes the grid to CPU_GRID_MAX_D and szl only by name.  At 9-d the data decides (uniform: grid
+#: 29.4 s, brute 19.4 s; clustered 9-, 10-, 12-d: grid 4.1, 4.6, 6.2 s, brute 19.5-20.4 s): brute from 9-d.
 GRID_MAX_D = 6
-SZL_MAX_D = 8
+CPU_GRID_MAX_D = 8
+SZL_MAX_D = 8  # (no longer chosen by auto)
 
 
 @dataclass(frozen=True)
@@ -153,10 +166,10 @@ def choose_knn_method(method: str, d: int, gpus: bool = False) -> tuple[str, str
         return "brute", (f"d={d} > {GRID_MAX_D} on GPUs: every pair through a filter of products (the tensor "
                          "cores on an integer grid from 16 dimensions, float32 below), faster there than grid "
                          "cells or Z-lists")
-    if d <= SZL_MAX_D:
-        return "szl", (f"{GRID_MAX_D} < d={d} <= {SZL_MAX_D} on CPUs: LSS's shifted Z-lists search one short "
-                       "interval per row (measured faster than brute force there)")
-    return "brute", f"d={d} > {SZL_MAX_D}: Z-lists and grid cells prune little, every pair is scanned (filtered)"
+    if d <= CPU_GRID_MAX_D:
+        return "grid", (f"{GRID_MAX_D} < d={d} <= {CPU_GRID_MAX_D} on CPUs: the grid, its range pass first (the "
+                        "ε-grid's pairs within a sampled radius), measured faster than Z-lists and brute force")
+    return "brute", f"d={d} > {CPU_GRID_MAX_D} on CPUs: grid cells prune little on uniform rows, every pair is scanned (filtered)"
 
 
 #: the exactness margins (relative 1e-9: the filters' ROOT_GROW, szl's radius, kernels/exact.py's D64 bound,
