@@ -169,7 +169,9 @@ def _plan(checked, *, method, partitioning, backend, client, gpu_options=None, c
     if parallelism is None:
         parallelism = task_slots(client, on_gpu, workers)
     options = ()
-    if gpu_options:  # the method follows from d, the sizes and the backend: its options checked before any data pass
+    # the method follows from d, the sizes and the backend: its options checked before any data pass (on the CPU
+    # from 7-d, where auto's choice rests on the planning sample, against every method's, then the chosen one's)
+    if gpu_options:
         chosen, _ = choose_method(method, src_a.d, gpu=on_gpu,
                                   row_pairs=float(src_a.n) * float((src_a if src_b is None else src_b).n))
         if method == "auto" and wants_grid_share(src_a.d, on_gpu):

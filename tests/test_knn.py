@@ -248,6 +248,8 @@ def test_planner_counts_each_methods_index():
 
     assert planning.SZL_LISTS_MAX == knn_szl.MAX_LISTS and planning.GEMM_FROM_D == knn_gemm.GEMM_MIN_D
     assert planning.TC_FROM_D == knn_tc.TC_FROM_D and planning.RANGE_FROM_D == knn_range.MIN_D
+    assert planning.RANGE_BATCH_PAIRS == knn_range.BATCH_PAIRS
+    assert planning.RANGE_PAIRS_PER_K == knn_range.ROOM * knn_range.MAX_PER_QUERY
     assert planning.index_row_bytes("grid", 3) == 0 and planning.index_row_bytes("brute", 3) == 0
     assert planning.index_row_bytes("grid", 4) == 8 * 4 + 16 and planning.query_row_bytes("grid", 4, 9) == 16 * 4 + 32
     assert planning.index_row_bytes("szl", 8) == 4 * 8 + 16 * 8

@@ -67,13 +67,20 @@ def case(name, rng):
     if name == "two-blocks":  # lists carried from the first block into the second's range pass
         x = rng.random((9000, 5))
         return x, [(x[:4500], 0), (x[4500:], 4500)], 8, np.arange(9000), True
+    if name == "k80-seeded":  # k >= SEED_MIN_K: lists short after the pass start the rings from a seeded bound
+        x = rng.random((5000, 5))
+        return x, [(x, 0)], 80, np.arange(5000), True
+    if name == "8d":  # more dimensions than the ε-grid indexes (auto sends 7- and 8-d rows to the grid)
+        x = rng.random((5000, 8))
+        return x, [(x, 0)], 8, np.arange(5000), True
     if name == "skewed":  # a dense clump and sparse rows: many queries searched again beyond the radius
         x = np.concatenate([rng.random((4000, 5)) * 0.05, rng.random((1000, 5))])
         return x, [(x, 0)], 12, np.arange(5000), True
     raise ValueError(name)
 
 
-CASES = ["uniform-6d", "uniform-4d-k1", "duplicates", "ties", "offset", "float32", "cross", "two-blocks", "skewed"]
+CASES = ["uniform-6d", "uniform-4d-k1", "duplicates", "ties", "offset", "float32", "cross", "two-blocks", "k80-seeded",
+         "8d", "skewed"]
 
 
 @pytest.mark.parametrize("batch", ["one-run", "several-runs"])
@@ -81,19 +88,22 @@ CASES = ["uniform-6d", "uniform-4d-k1", "duplicates", "ties", "offset", "float32
 def test_range_pass_gives_the_oracles_lists(name, batch, monkeypatch):
     rng = np.random.default_rng(CASES.index(name))
     queries, blocks, k, query_ids, exclude = case(name, rng)
-    ran = []
-    real = knn_range.range_pass
+    ran, grids = [], []
+    real, real_grid = knn_range.range_pass, knn_range.GridJoin
     monkeypatch.setattr(knn_range, "MAX_PER_QUERY", 1000)  # the pass on every case, skewed ones too
     monkeypatch.setattr(knn_range, "range_pass", lambda *a, **kw: ran.append(1) or real(*a, **kw))
-    if batch == "several-runs":  # runs of queries, and one-pass lanes that overflow into counted cells
-        monkeypatch.setattr(knn_range, "BATCH_PAIRS", 64 * 1024)
+    monkeypatch.setattr(knn_range, "GridJoin", lambda *a, **kw: grids.append(1) or real_grid(*a, **kw))
+    if batch == "several-runs":  # runs of queries, each counted and filled in ranges of cells (one pass's lanes
+        # that overflow: test_grid_segments_hold_every_pair_once_with_disjoint_queries)
+        monkeypatch.setattr(knn_range, "BATCH_PAIRS", 32 * 1024)
         monkeypatch.setattr(knn_range, "ROOM", 0.5)
     got = search(blocks, queries, k, query_ids, exclude)
     expected = oracle_lists(queries, np.concatenate([b for b, _ in blocks]), k, query_ids, blocks[0][1], exclude)
     np.testing.assert_array_equal(got[1], expected[1])
     np.testing.assert_array_equal(got[0], expected[0])
-    if name != "duplicates":  # there the radius is 0 for most rows: the pass declines
-        assert ran, "the range pass did not run"
+    assert len(ran) == len(blocks), "the range pass did not run on every block"
+    if batch == "several-runs" and k >= 6:  # the sample's grid, then at least two runs of queries a block
+        assert len(grids) >= 3 * len(blocks), grids
     monkeypatch.setattr(knn_range, "MIN_D", 99)  # the rings alone: the same lists
     rings = search(blocks, queries, k, query_ids, exclude)
     np.testing.assert_array_equal(rings[1], got[1])

@@ -588,6 +588,7 @@ class GridJoin:
             cap = min(int(estimate * CAPACITY_SLACK / LANES) + 1024, max_pairs // LANES)
             (bi, bj, _), used, cells = self._lanes(cap)
             yield bi, bj, np.arange(LANES, dtype=np.int64) * cap, used
+            del bi, bj, _  # (the caller drops its references too: the lanes are freed before the fills below)
             with serialised():
                 counts = _count_cells(*self._args(), cells)
         for k0, k1 in bounded_ranges(counts, max_pairs):

@@ -21,7 +21,9 @@ Methods:
   of 0.5-1.8 times it, 2-d and 3-d uniform);
   per query, rings of cells around its cell until the k-th distance found is below the distance
   to any cell not yet visited (cells beyond the current k-th distance skipped); a query whose
-  rings would cover more cells than the block has non-empty ones scans those instead.
+  rings would cover more cells than the block has non-empty ones scans those instead.  From 4-d a range pass
+  comes first (:mod:`.knn_range`): the ε-grid's pairs within a sampled radius, offered in parallel; the rings
+  then search only the queries still short of k, offered only rows beyond the radius (``floor``).
 - ``brute``: every row of the block, the distance sum stopped once it passes the k-th distance.
 """
 from __future__ import annotations

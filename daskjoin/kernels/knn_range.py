@@ -109,4 +109,6 @@ def range_pass(driver, queries, query_ids, best_d2, best_j, exclude_self: bool, 
             with serialised():
                 _offer_segments(queries, qids, bool(exclude_self), driver.data, driver.first_id, oi, oj, rows, first,
                                 length, bound2, best_d2, best_j)
+            del oi, oj  # one batch of pairs held at a time (the planner counts one: planning/knn.py)
+        del join
     return np.flatnonzero(best_d2[:, 0] > bound2).astype(np.int64)

@@ -31,8 +31,11 @@ SZL_LISTS_MAX = 8
 GEMM_FROM_D = 4
 TC_FROM_D = 16
 #: ``knn_range.MIN_D``: from here the CPU grid's range pass builds the ε-grid's indexes of the block and of the
-#: queries (its pairs, at most ``knn_range.BATCH_PAIRS`` at a time, ~84 MB, are not per row)
+#: queries, and lists pairs (20 bytes each) at most ``knn_range.BATCH_PAIRS`` at a time, about ``ROOM *
+#: MAX_PER_QUERY`` times k a query at most
 RANGE_FROM_D = 4
+RANGE_BATCH_PAIRS = 1 << 22
+RANGE_PAIRS_PER_K = 7.5
 
 
 def index_row_bytes(method: str, d: int) -> int:
@@ -128,7 +131,9 @@ class KnnPlan:
         block = max((hi - lo for lo, hi in self.blocks), default=0)
         data_row = row_bytes(self.d, 8) + index_row_bytes(self.method, self.d)
         per_query = row_bytes(self.d, 8) + self.k * (LIST_BYTES + ROW_OUT_BYTES) + query_row_bytes(self.method, self.d, self.k)
-        return part.rows * per_query + block * data_row
+        pairs = min(RANGE_BATCH_PAIRS, part.rows * RANGE_PAIRS_PER_K * self.k) \
+            if self.method == "grid" and self.d >= RANGE_FROM_D else 0  # the range pass's one batch of pairs
+        return part.rows * per_query + block * data_row + int(20 * pairs)
 
     def explain(self) -> str:
         kind = "self-join" if self.selfjoin else "A×B join"
