@@ -44,38 +44,38 @@ def search(blocks, queries, k, query_ids, exclude):
 def case(name, rng):
     """(queries, [(block, first id)], k, query ids, exclude self) of a named case."""
     if name == "uniform-6d":
-        x = rng.random((5000, 6))
-        return x, [(x, 0)], 8, np.arange(5000), True
+        x = rng.random((2000, 6))
+        return x, [(x, 0)], 8, np.arange(2000), True
     if name == "uniform-4d-k1":
-        x = rng.random((4500, 4))
-        return x, [(x, 0)], 1, np.arange(4500), True
+        x = rng.random((1800, 4))
+        return x, [(x, 0)], 1, np.arange(1800), True
     if name == "duplicates":  # each point five times: k-th distances 0 for most, ties broken by j
-        x = np.repeat(rng.random((1000, 5)), 5, axis=0)
-        return x, [(x, 0)], 6, np.arange(5000), True
+        x = np.repeat(rng.random((400, 5)), 5, axis=0)
+        return x, [(x, 0)], 6, np.arange(2000), True
     if name == "ties":  # integer coordinates: many equal distances at the radius
-        x = rng.integers(0, 6, (5000, 4)).astype(np.float64)
-        return x, [(x, 0)], 10, np.arange(5000), True
+        x = rng.integers(0, 5, (2000, 4)).astype(np.float64)
+        return x, [(x, 0)], 10, np.arange(2000), True
     if name == "offset":  # far from 0: the grid's cells and the sums at large magnitudes
-        x = 1e6 + rng.random((4800, 5)) * 1e-2
-        return x, [(x, 0)], 5, np.arange(4800), True
+        x = 1e6 + rng.random((2000, 5)) * 1e-2
+        return x, [(x, 0)], 5, np.arange(2000), True
     if name == "float32":
-        x = rng.random((5000, 5)).astype(np.float32)
-        return x, [(x, 0)], 7, np.arange(5000), True
+        x = rng.random((2000, 5)).astype(np.float32)
+        return x, [(x, 0)], 7, np.arange(2000), True
     if name == "cross":  # A x B, queries partly outside the block's box, nothing excluded
-        a, b = rng.random((4200, 5)) * 1.2 - 0.1, rng.random((6000, 5))
-        return a, [(b, 100)], 9, np.arange(4200), False
+        a, b = rng.random((1700, 5)) * 1.2 - 0.1, rng.random((2500, 5))
+        return a, [(b, 100)], 9, np.arange(1700), False
     if name == "two-blocks":  # lists carried from the first block into the second's range pass
-        x = rng.random((9000, 5))
-        return x, [(x[:4500], 0), (x[4500:], 4500)], 8, np.arange(9000), True
+        x = rng.random((3000, 5))
+        return x, [(x[:1500], 0), (x[1500:], 1500)], 8, np.arange(3000), True
     if name == "k80-seeded":  # k >= SEED_MIN_K: lists short after the pass start the rings from a seeded bound
-        x = rng.random((5000, 5))
-        return x, [(x, 0)], 80, np.arange(5000), True
+        x = rng.random((2000, 5))
+        return x, [(x, 0)], 80, np.arange(2000), True
     if name == "8d":  # more dimensions than the ε-grid indexes (auto sends 7- and 8-d rows to the grid)
-        x = rng.random((5000, 8))
-        return x, [(x, 0)], 8, np.arange(5000), True
+        x = rng.random((2000, 8))
+        return x, [(x, 0)], 8, np.arange(2000), True
     if name == "skewed":  # a dense clump and sparse rows: many queries searched again beyond the radius
-        x = np.concatenate([rng.random((4000, 5)) * 0.05, rng.random((1000, 5))])
-        return x, [(x, 0)], 12, np.arange(5000), True
+        x = np.concatenate([rng.random((1600, 5)) * 0.05, rng.random((400, 5))])
+        return x, [(x, 0)], 12, np.arange(2000), True
     raise ValueError(name)
 
 
@@ -91,11 +91,13 @@ def test_range_pass_gives_the_oracles_lists(name, batch, monkeypatch):
     ran, grids = [], []
     real, real_grid = knn_range.range_pass, knn_range.GridJoin
     monkeypatch.setattr(knn_range, "MAX_PER_QUERY", 1000)  # the pass on every case, skewed ones too
+    monkeypatch.setattr(knn_range, "MIN_ROWS", 1000)  # and on blocks of a size the oracle takes quickly
+    monkeypatch.setattr(knn_range, "MIN_QUERIES", 500)
     monkeypatch.setattr(knn_range, "range_pass", lambda *a, **kw: ran.append(1) or real(*a, **kw))
     monkeypatch.setattr(knn_range, "GridJoin", lambda *a, **kw: grids.append(1) or real_grid(*a, **kw))
     if batch == "several-runs":  # runs of queries, each counted and filled in ranges of cells (one pass's lanes
         # that overflow: test_grid_segments_hold_every_pair_once_with_disjoint_queries)
-        monkeypatch.setattr(knn_range, "BATCH_PAIRS", 32 * 1024)
+        monkeypatch.setattr(knn_range, "BATCH_PAIRS", 8 * 1024)
         monkeypatch.setattr(knn_range, "ROOM", 0.5)
     got = search(blocks, queries, k, query_ids, exclude)
     expected = oracle_lists(queries, np.concatenate([b for b, _ in blocks]), k, query_ids, blocks[0][1], exclude)
