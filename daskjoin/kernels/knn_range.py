@@ -31,8 +31,9 @@ from .parallel_guard import serialised
 
 #: the range pass from this many dimensions (below, the rings alone were faster; see docs/knn.md)
 MIN_D = 4
-#: ... for at least this many queries and block rows
-MIN_QUERIES = 4096
+#: ... for at least this many queries (a kNN task holds at least 1,024: planning/knn.py, so tasks cut small at
+#: 7- and 8-d, where auto takes the grid, still get the pass) and block rows
+MIN_QUERIES = 1024
 MIN_ROWS = 4096
 #: queries sampled for the radius, and the quantile of their k-th distances taken
 SAMPLE = 256
