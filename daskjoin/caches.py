@@ -150,7 +150,8 @@ CACHE = ProcessCache()
 
 def clear_cache() -> None:
     """Forget everything daskjoin keeps in this process: plans, estimates, loaded statistics,
-    fingerprints, opened stores, graphs, probes.
+    fingerprints, opened stores, graphs, probes; and the free blocks of the pool of large arrays
+    (:mod:`daskjoin.kernels.array_pool`) go back to the system.
 
     A repeated join then redoes its fixed costs (it reads the statistics files back, stats
     the chunk files, plans again) but gives the same result.  On-disk caches stay: the
@@ -161,4 +162,7 @@ def clear_cache() -> None:
     >>> import daskjoin
     >>> daskjoin.clear_cache()
     """
+    from .kernels.array_pool import release
+
     CACHE.clear()
+    release()

@@ -17,6 +17,7 @@ import numpy as np
 
 from .grid_geometry import (DENSE_CELLS_PER_POINT, MAX_CELL_ID, MIN_USEFUL_CELLS, PATTERNS,  # noqa: F401 - re-exported
                             GridSpec, boundary_slack, choose_grid)
+from .array_pool import empty as pooled_empty
 from .parallel_guard import serialised
 
 @dataclass(frozen=True)
@@ -39,9 +40,10 @@ class GridIndex:
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _cell_ids(x, dims, origin, widths, ncells, strides):
+def _cell_ids(x, dims, origin, widths, ncells, strides, ids=None):
     n = x.shape[0]
-    ids = np.empty(n, np.int64)
+    if ids is None:
+        ids = np.empty(n, np.int64)
     for p in numba.prange(n):
         lid = 0
         for m in range(dims.shape[0]):
@@ -53,24 +55,23 @@ def _cell_ids(x, dims, origin, widths, ncells, strides):
 
 
 @numba.njit(cache=True, nogil=True)
-def _counting_sort(ids, total):
+def _counting_sort(ids, total, perm):
+    """``perm`` (n, filled): the points in cell order, stable; returns the first point of each cell (total + 1)."""
     counts = np.zeros(total + 1, np.int64)
     for p in range(ids.shape[0]):
         counts[ids[p] + 1] += 1
     for c in range(total):
         counts[c + 1] += counts[c]
     cursor = counts[:-1].copy()
-    perm = np.empty(ids.shape[0], np.int64)
     for p in range(ids.shape[0]):
         perm[cursor[ids[p]]] = p
         cursor[ids[p]] += 1
-    return perm, counts
+    return counts
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _gather(x, perm):
+def _gather(x, perm, out):
     n, d = perm.shape[0], x.shape[1]
-    out = np.empty((n, d), np.float64)
     for p in numba.prange(n):
         src = perm[p]
         for k in range(d):
@@ -139,21 +140,23 @@ def build_index(x: np.ndarray, spec: GridSpec) -> GridIndex:
         ids = np.zeros(n, np.int64)
     else:
         with serialised():
-            ids = _cell_ids(x, spec.dims, spec.origin, spec.widths, spec.ncells, spec.strides)
+            ids = _cell_ids(x, spec.dims, spec.origin, spec.widths, spec.ncells, spec.strides, pooled_empty(n, np.int64))
     total = spec.total_cells
     dense = spec.k > 0 and total <= max(DENSE_CELLS_PER_POINT * n, 1 << 16)
     if dense:
-        perm, dense_start = _counting_sort(ids, total)
+        perm = pooled_empty(n, np.int64)
+        dense_start = _counting_sort(ids, total, perm)
     else:
         perm = np.argsort(ids, kind="stable").astype(np.int64)
         dense_start = np.zeros(0, np.int64)
-    sorted_ids = ids[perm]
+    sorted_ids = np.take(ids, perm, out=pooled_empty(n, np.int64), mode="clip")  # (not "raise": it buffers)
+    del ids
     cell_ids, cell_start, coords = _cells_of_sorted(sorted_ids, spec.strides, spec.ncells)
     if spec.k:
         with serialised():
             _sort_cells_by(x, perm, cell_start, spec.dims[-1])
     with serialised():
-        points = _gather(x, perm)
+        points = _gather(x, perm, pooled_empty((n, x.shape[1]), np.float64))
     return GridIndex(
         points=points,
         perm=perm,

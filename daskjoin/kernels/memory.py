@@ -101,7 +101,9 @@ def pair_buffers(size: int):
     """Empty (i, j, dist) arrays of ``size`` pairs, the buffers CPU drivers fill (counted by the hook)."""
     if _FAULT["left"] is not None:
         _count_allocation(20 * int(size))
-    return np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.float32)
+    from .array_pool import empty
+
+    return empty(size, np.int64), empty(size, np.int64), empty(size, np.float32)
 
 
 def _install_cupy_hook(armed: bool) -> None:

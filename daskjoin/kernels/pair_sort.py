@@ -27,6 +27,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from .array_pool import empty as pooled_empty
 from .parallel_guard import serialised
 
 #: counting sort when the span of i is at most this many times the number of pairs (plus a constant):
@@ -50,20 +51,26 @@ def in_lanes(cap: int, used: np.ndarray, nchunks: int):
 
 
 @njit(cache=True, parallel=True)
-def _cursors(i, lo, span, starts, seg):
+def _cursors(i, lo, span, starts, seg, counts):
     """Per-chunk histograms of ``i``, scanned in (value, chunk) order: each chunk's first slot for each value
     (so a scatter of the chunks in parallel is stable); ``starts[s]``: the first slot of value ``lo + s``.
     ``seg`` = (first, length, chunk): the pairs lie in segments (``first[g]`` to ``first[g] + length[g]``), chunk
     ``c`` taking segments ``chunk[c]`` to ``chunk[c + 1]`` (:func:`contiguous`, :func:`in_lanes`)."""
     first, length, chunk = seg
     nchunks = chunk.shape[0] - 1
-    counts = np.zeros((nchunks, span), np.int64)
     for c in prange(nchunks):
+        counts[c, :] = 0
         for g in range(chunk[c], chunk[c + 1]):
             for k in range(first[g], first[g] + length[g]):
                 counts[c, i[k] - lo] += 1
     _scan_cursors(counts, starts)
     return counts
+
+
+def cursors(i, lo: int, span: int, seg):
+    """``(starts, cursor)`` of :func:`_cursors`, their arrays from the pool (:mod:`.array_pool`)."""
+    starts = pooled_empty(span + 1, np.int64)
+    return starts, _cursors(i, lo, span, starts, seg, pooled_empty((seg[2].shape[0] - 1, span), np.int64))
 
 
 @njit(cache=True, nogil=True)
@@ -445,24 +452,23 @@ def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None, consume: 
         reuse = consume and _reusable(i, j, v if has_value else None)
         if two_pass and reuse:
             oi, oj, ov = i, j, v  # read by the first pass only: then the second pass's and the runs' outputs
-            words, rows = np.empty(n, np.int64), np.empty(n, np.uint32)
+            words, rows = pooled_empty(n, np.int64), pooled_empty(n, np.uint32)
         elif reuse:  # one pass: its words go to a fresh j column; i and the values, read by the scatter only, take
             # the runs' rows and values (8 fresh bytes a pair instead of 20: fresh pages cost ~1 s a GiB on the VM)
-            oi, oj, ov = i, np.empty(n, np.int64), v
-            words, rows = oi, np.empty(0, np.uint32)
+            oi, oj, ov = i, pooled_empty(n, np.int64), v
+            words, rows = oi, pooled_empty(0, np.uint32)
         else:
-            oi, oj = np.empty(n, np.int64), np.empty(n, np.int64)
-            ov = np.empty(n, v.dtype) if has_value else v
+            oi, oj = pooled_empty(n, np.int64), pooled_empty(n, np.int64)
+            ov = pooled_empty(n, v.dtype) if has_value else v
             # the i and value outputs are the first pass's scratch until the runs' sort writes them
-            words, rows = oi, (ov.view(np.uint32) if has_value else np.empty(n if two_pass else 0, np.uint32))
+            words, rows = oi, (ov.view(np.uint32) if has_value else pooled_empty(n if two_pass else 0, np.uint32))
         vbits, obits = v.view(np.uint32), ov.view(np.uint32)
         with serialised():
             if two_pass:
                 _two_pass_sort(i, j, vbits, lo, jlo, has_value, span, words, rows, oi, oj, obits)
             else:
-                starts = np.empty(span + 1, np.int64)
                 seg = contiguous(n, nchunks)
-                cursor = _cursors(i, lo, span, starts, seg)
+                starts, cursor = cursors(i, lo, span, seg)
                 _scatter(i, j, vbits, lo, jlo, has_value, True, oj, obits, cursor, seg)
                 _sort_runs_packed(oi, oj, obits, starts, has_value, lo, jlo)
         return oi, oj, (ov if has_value else None)
@@ -470,12 +476,11 @@ def sort_pairs(i: np.ndarray, j: np.ndarray, value: np.ndarray | None, consume: 
     if (has_value and v.dtype.itemsize == 8 and jhi - jlo < (1 << 31) and n < (1 << 32)
             and n >= BUCKET_MIN_PAIRS and (1 << BUCKET_BITS) < span < (1 << 32)):
         return _two_pass_wide(i, j, v, lo, jlo, span, consume)
-    oi, oj = np.empty(n, np.int64), np.empty(n, np.int64)
-    ov = np.empty(n, v.dtype) if has_value else v
-    starts = np.empty(span + 1, np.int64)
+    oi, oj = pooled_empty(n, np.int64), pooled_empty(n, np.int64)
+    ov = pooled_empty(n, v.dtype) if has_value else v
     with serialised():
         seg = contiguous(n, nchunks)
-        cursor = _cursors(i, lo, span, starts, seg)
+        starts, cursor = cursors(i, lo, span, seg)
         _scatter(i, j, v, lo, 0, has_value, False, oj, ov, cursor, seg)
         _sort_runs(oi, oj, ov, starts, has_value, lo)
     return oi, oj, (ov if has_value else None)
@@ -503,13 +508,12 @@ def sort_lanes(i: np.ndarray, j: np.ndarray, value: np.ndarray | None, cap: int,
         if _two_passes(n, rows, nchunks):
             oj = j[:n]
             seg = in_lanes(cap, used, max(1, min(numba.get_num_threads(), n // RADIX_CHUNK_MIN)))
-            _two_pass_sort(i, j, vbits, 0, 0, has_value, rows, np.empty(n, np.int64), np.empty(n, np.uint32), oi, oj,
+            _two_pass_sort(i, j, vbits, 0, 0, has_value, rows, pooled_empty(n, np.int64), pooled_empty(n, np.uint32), oi, oj,
                            obits, seg=seg)
         else:
-            oj = np.empty(n, np.int64)
-            starts = np.empty(rows + 1, np.int64)
+            oj = pooled_empty(n, np.int64)
             seg = in_lanes(cap, used, nchunks)
-            cursor = _cursors(i, 0, rows, starts, seg)
+            starts, cursor = cursors(i, 0, rows, seg)
             _scatter(i, j, vbits, 0, 0, has_value, True, oj, vbits, cursor, seg)
             _sort_runs_packed(oi, oj, obits, starts, has_value, 0, 0)
     return oi, oj, (value[:n] if has_value else None)
@@ -522,11 +526,11 @@ def _two_pass_wide(i, j, v, lo, jlo, span, consume):
     n = len(i)
     if consume and _reusable(i, j, v):
         oi, oj, ov = i, j, v  # read by the first pass only
-        words = np.empty(n, np.int64)
+        words = pooled_empty(n, np.int64)
     else:
-        oi, oj, ov = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, v.dtype)
+        oi, oj, ov = pooled_empty(n, np.int64), pooled_empty(n, np.int64), pooled_empty(n, v.dtype)
         words = oi  # the i output is the first pass's scratch until the runs' sort writes it
-    rows, vals = np.empty(n, np.uint32), np.empty(n, np.uint64)
+    rows, vals = pooled_empty(n, np.uint32), pooled_empty(n, np.uint64)
     no_bits = np.zeros(1, np.uint32)
     with serialised():
         _two_pass_sort(i, j, no_bits, lo, jlo, True, span, words, rows, oi, oj, no_bits,
