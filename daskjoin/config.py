@@ -35,6 +35,11 @@ DEFAULTS = {
         # each; kernels/host_pool.py): the copies land in them at PCIe speed, with no pinning or first touch
         # per batch; "auto": a sixteenth of the host's memory, at most 4 GiB; 0: none (pinned-output decides)
         "host-pool-bytes": "auto",
+        # free host memory a process keeps for its next large arrays (a CPU task's pair buffers, grid index and
+        # sort; kernels/array_pool.py): reused, its pages are not faulted in again each task (Dask's workers give
+        # freed memory back to the system at once); "auto": a thirty-second of the host's memory, at most 1 GiB;
+        # 0: none
+        "array-pool-bytes": "auto",
         # whether the client fetches a lazy frame's computed partitions from the workers directly instead of
         # through the scheduler (Client(direct_to_workers=...)); "auto": where every worker is on this host's
         # loopback (a LocalCluster): 1M x 2-d pairs came 10x faster so on the 2-core VM; the client's own

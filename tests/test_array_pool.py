@@ -143,3 +143,13 @@ def test_pooled_join_buffers_give_the_same_pairs_again(rows):
         d2 = ((x64[:, None, :] - x64[None, :, :]) ** 2).sum(-1)
         oi, oj = np.nonzero(np.triu(d2 <= eps * eps, 1))
         assert np.array_equal(results[0][0], oi) and np.array_equal(results[0][1], oj)
+
+
+def test_the_setting_turns_the_pool_off_and_bounds_it():
+    import dask.config
+
+    with dask.config.set({"daskjoin.array-pool-bytes": 0}):
+        assert array_pool.empty(BIG, np.int64).base is None
+    with dask.config.set({"daskjoin.array-pool-bytes": "64MiB"}):
+        assert array_pool.keep_bytes() == 64 << 20
+        assert array_pool.empty(BIG, np.int64).base is not None

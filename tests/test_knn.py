@@ -236,9 +236,45 @@ def test_auto_method_follows_the_measured_crossovers():
     assert choose_knn_method("auto", CPU_GRID_MAX_D + 1)[0] == "brute"
     assert "szl" not in {choose_knn_method("auto", d, gpus)[0] for d in range(1, 70) for gpus in (False, True)}
     assert choose_knn_method("szl", 2) == ("szl", "chosen by the caller")
-    x = np.random.default_rng(0).random((300, 9))
-    assert "range pass" in dj.plan_knn(x[:, :8], k=3, backend="cpu").explain()
-    assert dj.plan_knn(x, k=3, backend="cpu").method == "brute"  # from 9-d
+
+
+def test_auto_method_on_cpus_follows_the_grids_sampled_share():
+    """From 7-d on CPUs the planner weighs the ε-grid's sampled share at the kNN radius (the model of
+    planning/knn.CPU_SHARE_FROM_D): the grid where few pairs of rows are its candidates, brute force where many."""
+    from daskjoin.io.synth import generate
+    from daskjoin.planning.knn import CPU_SHARE_FROM_D, choose_knn_method, cpu_knn_grid_ratio
+
+    assert cpu_knn_grid_ratio(9, 0.01) < 1.0 <= cpu_knn_grid_ratio(9, 0.5)
+    assert choose_knn_method("auto", 9, share=0.01)[0] == "grid"
+    assert choose_knn_method("auto", 9, share=0.5)[0] == "brute"
+    assert choose_knn_method("auto", 8, share=1.0)[0] == "brute"  # the share decides from CPU_SHARE_FROM_D
+    assert choose_knn_method("auto", CPU_SHARE_FROM_D - 1, share=1.0)[0] == "grid"  # below it the grid, always
+    assert choose_knn_method("auto", 9, True, share=0.01)[0] == "brute"  # on GPUs: no share
+    assert choose_knn_method("auto", 33, share=0.0)[0] == "brute"  # beyond KNN_SHARE_MAX_D: brute force
+    clustered = dj.plan_knn(generate("clusters", 30_000, 9, seed=1), k=16, backend="cpu")
+    assert clustered.method == "grid" and "sampled k-th distance" in clustered.explain()
+    uniform = dj.plan_knn(generate("uniform", 30_000, 10, seed=1), k=16, backend="cpu")
+    assert uniform.method == "brute" and "sampled k-th distance" in uniform.explain()
+
+
+def test_sampled_knn_radius_is_near_the_k_th_distance():
+    """The planner's k-th distance from its sample (estimate.sample_knn_radius) against cKDTree's on all rows."""
+    from scipy.spatial import cKDTree
+
+    from daskjoin.io.synth import generate
+    from daskjoin.planning.estimate import KNN_SHARE_QUANTILE, sample_knn_radius
+
+    for kind, d in (("uniform", 8), ("clusters", 10)):
+        x = generate(kind, 40_000, d, seed=2).astype(np.float64)
+        dist = cKDTree(x).query(x[::157], 17)[0][:, 16]
+        true = float(np.quantile(dist, KNN_SHARE_QUANTILE))
+        got = sample_knn_radius(x[::8], None, len(x), 16)
+        assert 0.75 * true < got < 1.33 * true, (kind, got, true)
+        b = x[1::2]  # A x B: B's rows are neighbours, a query's own row is not excluded
+        dist = cKDTree(b).query(x[::157], 16)[0][:, 15]
+        got = sample_knn_radius(x[::8], b[::4], len(b), 16)
+        assert 0.75 * float(np.quantile(dist, KNN_SHARE_QUANTILE)) < got < 1.33 * float(np.quantile(dist, KNN_SHARE_QUANTILE))
+    assert np.isnan(sample_knn_radius(x[:10], None, 10, 16))  # fewer rows than k: the sample cannot say
 
 
 def test_planner_counts_each_methods_index():

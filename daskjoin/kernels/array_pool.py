@@ -10,13 +10,12 @@ without transparent huge pages), a fifth of the 200k x 2-d join's task.
 An array from :func:`empty` is a view of a pooled block; the block returns to the pool when the
 last view of it is garbage (whatever holds it: a frame that was persisted keeps its block), and a
 later request of a size it fits takes it again.  The pool keeps at most :func:`keep_bytes` of free
-blocks (the largest go first when it must drop some); :func:`release` frees them all
-(``daskjoin.clear_cache()`` calls it).  Requests below :data:`MIN_BYTES` come from numpy as usual.
+blocks (``daskjoin.array-pool-bytes``; the largest go first when it must drop some); :func:`release`
+frees them all (``daskjoin.clear_cache()`` calls it).  Requests below :data:`MIN_BYTES` come from numpy as usual.
 """
 from __future__ import annotations
 
 import bisect
-import os
 import threading
 import weakref
 
@@ -31,12 +30,16 @@ MIN_FILL = 0.5
 
 
 def keep_bytes() -> int:
-    """Free bytes the pool may keep: 1/32 of the machine's memory, between 64 MiB and 1 GiB."""
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        total = 8 << 30
-    return int(min(1 << 30, max(64 << 20, total // 32)))
+    """Free bytes the pool may keep (``daskjoin.array-pool-bytes``; "auto": a thirty-second of the host's
+    memory, at most 1 GiB; 0: no pool)."""
+    from .. import config
+
+    wanted = config.get("array-pool-bytes")
+    if wanted in (None, "auto"):
+        from .host_pool import _host_memory
+
+        return int(min(1 << 30, _host_memory() // 32))
+    return max(0, config.parse_bytes(wanted))
 
 
 class _Lease:
@@ -102,11 +105,14 @@ class ArrayPool:
             self._sizes, self._blocks, self._free_bytes = [], [], 0
 
 
-POOL = ArrayPool(keep_bytes())
+POOL = ArrayPool(0)
 
 
 def empty(shape, dtype) -> np.ndarray:
-    """``np.empty(shape, dtype)`` from the process's pool (:data:`POOL`)."""
+    """``np.empty(shape, dtype)`` from the process's pool (:data:`POOL`, within :func:`keep_bytes`)."""
+    if int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize < MIN_BYTES:
+        return np.empty(shape, dtype)
+    POOL.keep = keep_bytes()  # (read each time: a setting changed later applies to the next block returned)
     return POOL.empty(shape, dtype)
 
 

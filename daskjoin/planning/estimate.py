@@ -121,6 +121,47 @@ def sample_grid_share(sample_a: np.ndarray, eps: float, sample_b: np.ndarray | N
     return _grid_share(_thin(sample_a)[0], eps, _thin(sample_b)[0])
 
 
+#: queries of the planning sample whose k-th distance is estimated (:func:`sample_knn_grid_share`), and the quantile
+#: of those distances taken: the radius of the kNN grid's range pass (``kernels/knn_range.py``'s 256 and 0.98)
+KNN_SHARE_QUERIES = 256
+KNN_SHARE_QUANTILE = 0.98
+
+
+def sample_knn_radius(sample_a: np.ndarray, sample_b: np.ndarray | None, n_b: int, k: int) -> float:
+    """The k-th neighbour distance the kNN grid's range pass would take (a high quantile over queries), estimated
+    on the planning sample: a query's j-th neighbour among the sample's m rows of B stands for its (j n_b / m)-th
+    among all, so the k-th is the sample's j-th (j = ceil(k m / n_b)) scaled by (k m / (j n_b))^(1/d) (as many
+    rows within a radius as its volume).  ``sample_b`` None: a self-join (a row is not its own neighbour)."""
+    rows = sample_a if sample_b is None else sample_b
+    m, d = rows.shape
+    picked = np.unique(np.linspace(0, sample_a.shape[0] - 1, KNN_SHARE_QUERIES).astype(np.int64))
+    queries = np.asarray(sample_a[picked], np.float64)
+    wanted = k * m / max(int(n_b), 1)
+    j = max(1, math.ceil(wanted))
+    if d == 0 or m <= j + (sample_b is None) or not len(picked):
+        return math.nan
+    data = np.asarray(rows, np.float64)
+    d2 = (queries * queries).sum(1)[:, None] + (data * data).sum(1)[None, :] - 2.0 * (queries @ data.T)
+    if sample_b is None:
+        d2[np.arange(len(picked)), picked] = np.inf
+    jth = np.sqrt(np.maximum(np.partition(d2, j - 1, axis=1)[:, j - 1], 0.0))
+    return float(np.quantile(jth * (wanted / j) ** (1.0 / d), KNN_SHARE_QUANTILE))
+
+
+def sample_knn_grid_share(sample_a: np.ndarray, sample_b: np.ndarray | None, n_b: int, k: int) -> tuple[float, float]:
+    """``(share, radius)``: the ε-grid's candidates among the planning sample's pairs of rows at the kNN radius
+    of :func:`sample_knn_radius` (the CPU kNN grid's work over brute force's is about that share: its range pass
+    is that ε-grid's join), on the sample thinned as for :func:`sample_grid_share`; share NaN where the sample
+    cannot say."""
+    sample_a = _thin(sample_a)[0]
+    sample_b = _thin(sample_b)[0]
+    sample_a, sample_b = (None if x is None else x[::-(-x.shape[0] // SHARE_SAMPLE) or 1] for x in (sample_a, sample_b))
+    radius = sample_knn_radius(sample_a, sample_b, n_b, k)
+    if not (0.0 < radius < math.inf):
+        return math.nan, radius
+    return _grid_share(sample_a, radius, sample_b), radius
+
+
 def sample_pair_rows(est: Estimate, sample_a: np.ndarray, eps: float, sample_b: np.ndarray | None = None, *,
                      backend: str = "cpu", rows_a: np.ndarray | None = None, rows_b: np.ndarray | None = None):
     """The ``pair_rows`` of an estimate made with ``list_pairs=False`` (the same sample, eps and rows)."""

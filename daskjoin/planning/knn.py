@@ -10,6 +10,7 @@ partition).  Where B fits one block (the usual case), a task is one search.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -78,6 +79,33 @@ def query_row_bytes(method: str, d: int, k: int) -> int:
 GRID_MAX_D = 6
 CPU_GRID_MAX_D = 8
 SZL_MAX_D = 8  # (no longer chosen by auto)
+#: From CPU_SHARE_FROM_D dimensions on CPUs, where the planning sample gives the ε-grid's share at the kNN radius
+#: (``estimate.sample_knn_grid_share``: the range pass's candidates among brute force's pairs of rows), the grid's
+#: time over brute force's is about d * (KNN_GRID_PER_D + KNN_GRID_PER_SHARE * share): brute force's follows its
+#: pairs of rows (19.4-26.8 s for 150k rows from 7- to 32-d), the grid's its candidates times their length, plus a
+#: cost per query that grows with d (its sample, the rings of the queries short of k).  Measured on the 2-core VM
+#: (150k rows, k = 16; session 28's drivers and session 29's ``knn_join(...).compute()``, the same rows), share
+#: from the planner's sample -> grid / brute measured (predicted): uniform 7-d 0.034-0.048 -> 0.19 (0.23), 8-d
+#: 0.115 -> 0.71 (0.65), 9-d 0.24 -> 1.52 (1.40), 10-d 1.0 -> 3.16 (6.1); exponential 9-d 0.663 -> 2.33 (3.7);
+#: clusters 8-d 0.0064 -> 0.155 (0.13), 9-d 0.0078 -> 0.21 (0.15), 10-d 0.0081 -> 0.23 (0.17), 12-d 0.0104 ->
+#: 0.30 (0.22), 16-d 0.0162 -> 0.43 (0.35), 24-d 0.0451 -> 0.82 (0.94), 32-d 0.103 -> 1.08 (2.4).  Each of the 13
+#: took the faster method (the old rule, grid to CPU_GRID_MAX_D and brute after, took brute force at 9- to 24-d
+#: on clusters, 1.2-4.8x slower); the model errs high where the share is large, far from the crossover.  The old
+#: rule where the share is unknown, and beyond KNN_SHARE_MAX_D (not measured further: brute force, which won at 32-d).
+CPU_SHARE_FROM_D = 7
+KNN_SHARE_MAX_D = 32
+KNN_GRID_PER_D = 0.012
+KNN_GRID_PER_SHARE = 0.6
+
+
+def cpu_knn_grid_ratio(d: int, share: float) -> float:
+    """The kNN grid's time over brute force's predicted on CPUs (:data:`CPU_SHARE_FROM_D`'s model)."""
+    return d * (KNN_GRID_PER_D + KNN_GRID_PER_SHARE * share)
+
+
+def wants_knn_share(method: str, d: int, gpus: bool) -> bool:
+    """Whether :func:`choose_knn_method` would use the sampled share (so the planner should measure it)."""
+    return method == "auto" and not gpus and CPU_SHARE_FROM_D <= d <= KNN_SHARE_MAX_D
 
 
 @dataclass(frozen=True)
@@ -161,8 +189,9 @@ class KnnPlan:
         return self.explain()
 
 
-def choose_knn_method(method: str, d: int, gpus: bool = False) -> tuple[str, str]:
-    """``method`` resolved, and why (measured crossovers, see ``SZL_MAX_D``); ``gpus``: the tasks run on GPUs."""
+def choose_knn_method(method: str, d: int, gpus: bool = False, share: float | None = None) -> tuple[str, str]:
+    """``method`` resolved, and why (measured crossovers, see ``SZL_MAX_D``); ``gpus``: the tasks run on GPUs;
+    ``share``: the ε-grid's sampled share at the kNN radius (:data:`CPU_SHARE_FROM_D`'s model; None: unknown)."""
     if method != "auto":
         return method, "chosen by the caller"
     if d <= GRID_MAX_D:
@@ -171,6 +200,14 @@ def choose_knn_method(method: str, d: int, gpus: bool = False) -> tuple[str, str
         return "brute", (f"d={d} > {GRID_MAX_D} on GPUs: every pair through a filter of products (the tensor "
                          "cores on an integer grid from 16 dimensions, float32 below), faster there than grid "
                          "cells or Z-lists")
+    if share is not None and math.isfinite(share) and wants_knn_share(method, d, gpus):
+        ratio = cpu_knn_grid_ratio(d, share)
+        said = (f"the ε-grid at the sampled k-th distance computes {share:.3g} of brute force's distances; the "
+                f"grid's time over brute force's predicted at d x ({KNN_GRID_PER_D:g} + {KNN_GRID_PER_SHARE:g} x "
+                f"that) = {ratio:.2g} (CPU, measured model)")
+        if ratio < 1.0:
+            return "grid", f"d={d}: {said}: the grid, its range pass first"
+        return "brute", f"d={d}: {said}: every pair is scanned (filtered)"
     if d <= CPU_GRID_MAX_D:
         return "grid", (f"{GRID_MAX_D} < d={d} <= {CPU_GRID_MAX_D} on CPUs: the grid, its range pass first (the "
                         "ε-grid's pairs within a sampled radius), measured faster than Z-lists and brute force")
@@ -248,7 +285,13 @@ def make_knn_plan(a: Source, b: Source | None, k: int, *, method: str, backend: 
     stats_b, fp_b = (stats_a, fp_a) if b is None else _statistics("B", b, runner, steps)
     data = a if b is None else b
     check_k(k, data.n, b is None)
-    chosen, reason = choose_knn_method(method, a.d, gpus or backend == "gpu")
+    on_gpus = gpus or backend == "gpu"
+    share = None
+    if wants_knn_share(method, a.d, on_gpus) and stats_a.sample.shape[0]:
+        from .estimate import sample_knn_grid_share
+
+        share, _ = sample_knn_grid_share(stats_a.sample, None if b is None else stats_b.sample, data.n, k)
+    chosen, reason = choose_knn_method(method, a.d, on_gpus, share)
     per_row = row_bytes(a.d, 8)
     data_row = per_row + index_row_bytes(chosen, a.d)
     notes = []
