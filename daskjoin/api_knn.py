@@ -9,7 +9,7 @@ from .execution.cluster import ClusterRunner
 from .execution.resources import auto_budget, choose_backend, cluster_threads, worker_info
 from .kinds.knn import KnnJob
 from .options import KNN_OUTPUT, check_gpu_options, check_options, resolve
-from .planning.knn import KnnPlan, choose_knn_method, make_knn_plan
+from .planning.knn import KnnPlan, choose_knn_method, make_knn_plan, wants_knn_share
 from .run_record import join_record
 
 
@@ -24,13 +24,22 @@ def _plan(checked, *, k: int, method: str, backend: str, client, gpu_options=Non
     in_process = getattr(client, "scheduler", None) is None
     parallelism = 1 if in_process else cluster_threads(client, workers)
     options = ()
-    if gpu_options:  # the method follows from d and the backend: its options checked before any data pass
-        chosen, _ = choose_knn_method(method, src_a.d, on_gpus or resolved == "gpu")
+    chosen = None
+    # the method follows from d and the backend: its options checked before any data pass (on CPUs from 7-d,
+    # where auto's choice rests on the planning sample, against every method's, then the chosen one's)
+    if gpu_options:
+        gpus = on_gpus or resolved == "gpu"
+        chosen, _ = choose_knn_method(method, src_a.d, gpus)
+        if wants_knn_share(method, src_a.d, gpus):
+            chosen = "auto"
         label = "gpu_options" if method == chosen else \
             f"gpu_options (--option; method 'auto' chose {chosen!r} for {src_a.d}-d rows)"
         options = tuple(sorted(check_gpu_options("knn", chosen, gpu_options, label).items()))
     plan = make_knn_plan(src_a, src_b, k, method=method, backend=resolved, memory_budget=budget,
                          runner=ClusterRunner(client), parallelism=parallelism, gpus=on_gpus)
+    if options and plan.method != chosen:  # auto's choice on CPUs can rest on the sample
+        label = f"gpu_options (--option; method 'auto' chose {plan.method!r} for {src_a.d}-d rows)"
+        options = tuple(sorted(check_gpu_options("knn", plan.method, dict(options), label).items()))
     return dataclasses.replace(plan, gpu_options=options) if options else plan
 
 

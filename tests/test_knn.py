@@ -7,6 +7,7 @@ and property cases.
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import numpy as np
@@ -242,19 +243,31 @@ def test_auto_method_on_cpus_follows_the_grids_sampled_share():
     """From 7-d on CPUs the planner weighs the ε-grid's sampled share at the kNN radius (the model of
     planning/knn.CPU_SHARE_FROM_D): the grid where few pairs of rows are its candidates, brute force where many."""
     from daskjoin.io.synth import generate
+    from daskjoin.planning.estimate import KnnShare
     from daskjoin.planning.knn import CPU_SHARE_FROM_D, choose_knn_method, cpu_knn_grid_ratio
 
+    def sampled(share):
+        return KnnShare(share, 0.1)
+
     assert cpu_knn_grid_ratio(9, 0.01) < 1.0 <= cpu_knn_grid_ratio(9, 0.5)
-    assert choose_knn_method("auto", 9, share=0.01)[0] == "grid"
-    assert choose_knn_method("auto", 9, share=0.5)[0] == "brute"
-    assert choose_knn_method("auto", 8, share=1.0)[0] == "brute"  # the share decides from CPU_SHARE_FROM_D
-    assert choose_knn_method("auto", CPU_SHARE_FROM_D - 1, share=1.0)[0] == "grid"  # below it the grid, always
-    assert choose_knn_method("auto", 9, True, share=0.01)[0] == "brute"  # on GPUs: no share
-    assert choose_knn_method("auto", 33, share=0.0)[0] == "brute"  # beyond KNN_SHARE_MAX_D: brute force
+    assert choose_knn_method("auto", 9, sampled=sampled(0.01))[0] == "grid"
+    assert choose_knn_method("auto", 9, sampled=sampled(0.5))[0] == "brute"
+    assert choose_knn_method("auto", 8, sampled=sampled(1.0))[0] == "brute"  # the share decides from 7-d
+    assert choose_knn_method("auto", CPU_SHARE_FROM_D - 1, sampled=sampled(1.0))[0] == "grid"  # below: the grid
+    assert choose_knn_method("auto", 9, True, sampled=sampled(0.01))[0] == "brute"  # on GPUs: no share
+    assert choose_knn_method("auto", 33, sampled=sampled(0.0))[0] == "brute"  # beyond KNN_SHARE_MAX_D: brute force
+    assert choose_knn_method("auto", 9, sampled=sampled(math.nan))[0] == "brute"  # unknown: the old rule
+    assert choose_knn_method("auto", 8, sampled=sampled(math.nan))[0] == "grid"
     clustered = dj.plan_knn(generate("clusters", 30_000, 9, seed=1), k=16, backend="cpu")
     assert clustered.method == "grid" and "sampled k-th distance" in clustered.explain()
     uniform = dj.plan_knn(generate("uniform", 30_000, 10, seed=1), k=16, backend="cpu")
     assert uniform.method == "brute" and "sampled k-th distance" in uniform.explain()
+    # GPU options are checked against the method the sample chose
+    with_filter = dj.plan_knn(generate("uniform", 30_000, 10, seed=1), k=16, backend="cpu",
+                              gpu_options={"filter": "int8"})
+    assert with_filter.method == "brute" and dict(with_filter.gpu_options) == {"filter": "int8"}
+    with pytest.raises(dj.InputError, match="method 'auto' chose 'grid'"):
+        dj.plan_knn(generate("clusters", 30_000, 9, seed=1), k=16, backend="cpu", gpu_options={"filter": "int8"})
 
 
 def test_sampled_knn_radius_is_near_the_k_th_distance():

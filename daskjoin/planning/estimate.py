@@ -127,20 +127,32 @@ KNN_SHARE_QUERIES = 256
 KNN_SHARE_QUANTILE = 0.98
 
 
-def sample_knn_radius(sample_a: np.ndarray, sample_b: np.ndarray | None, n_b: int, k: int) -> float:
-    """The k-th neighbour distance the kNN grid's range pass would take (a high quantile over queries), estimated
-    on the planning sample: a query's j-th neighbour among the sample's m rows of B stands for its (j n_b / m)-th
-    among all, so the k-th is the sample's j-th (j = ceil(k m / n_b)) scaled by (k m / (j n_b))^(1/d) (as many
-    rows within a radius as its volume).  ``sample_b`` None: a self-join (a row is not its own neighbour)."""
+@dataclass(frozen=True)
+class KnnShare:
+    """The planning sample's view of a CPU kNN grid join (:func:`sample_knn_grid_share`)."""
+
+    share: float  # the ε-grid's candidates at ``radius`` among the sample's pairs of rows (NaN: unknown)
+    radius: float  # the k-th neighbour distance the range pass would take, estimated
+
+
+def _knn_radius(sample_a: np.ndarray, sample_b: np.ndarray | None, n_b: int, k: int) -> float:
+    """The ``radius`` of :class:`KnnShare` (NaN where the sample cannot say).
+
+    A query's j-th neighbour among the sample's m rows of B stands for its (j n_b / m)-th among all, so its k-th
+    is the sample's j-th (j = ceil(k m / n_b)) scaled by (k m / (j n_b))^(1/d) (as many rows within a radius as its
+    volume); the radius is the range pass's high quantile of those over sampled queries.  ``sample_b`` None: a
+    self-join (a row is not its own neighbour).  Distances from norms and products, the rows centred first (an
+    estimate, but not one that offsets far from the origin may cancel away)."""
     rows = sample_a if sample_b is None else sample_b
     m, d = rows.shape
-    picked = np.unique(np.linspace(0, sample_a.shape[0] - 1, KNN_SHARE_QUERIES).astype(np.int64))
-    queries = np.asarray(sample_a[picked], np.float64)
     wanted = k * m / max(int(n_b), 1)
     j = max(1, math.ceil(wanted))
-    if d == 0 or m <= j + (sample_b is None) or not len(picked):
+    if d == 0 or not sample_a.shape[0] or m <= j + (sample_b is None):
         return math.nan
-    data = np.asarray(rows, np.float64)
+    picked = np.unique(np.linspace(0, sample_a.shape[0] - 1, KNN_SHARE_QUERIES).astype(np.int64))
+    centre = np.asarray(rows, np.float64).mean(axis=0)
+    data = np.asarray(rows, np.float64) - centre
+    queries = np.asarray(sample_a[picked], np.float64) - centre
     d2 = (queries * queries).sum(1)[:, None] + (data * data).sum(1)[None, :] - 2.0 * (queries @ data.T)
     if sample_b is None:
         d2[np.arange(len(picked)), picked] = np.inf
@@ -148,18 +160,22 @@ def sample_knn_radius(sample_a: np.ndarray, sample_b: np.ndarray | None, n_b: in
     return float(np.quantile(jth * (wanted / j) ** (1.0 / d), KNN_SHARE_QUANTILE))
 
 
-def sample_knn_grid_share(sample_a: np.ndarray, sample_b: np.ndarray | None, n_b: int, k: int) -> tuple[float, float]:
-    """``(share, radius)``: the ε-grid's candidates among the planning sample's pairs of rows at the kNN radius
-    of :func:`sample_knn_radius` (the CPU kNN grid's work over brute force's is about that share: its range pass
-    is that ε-grid's join), on the sample thinned as for :func:`sample_grid_share`; share NaN where the sample
-    cannot say."""
-    sample_a = _thin(sample_a)[0]
-    sample_b = _thin(sample_b)[0]
+def sample_knn_radius(sample_a: np.ndarray, sample_b: np.ndarray | None, n_b: int, k: int) -> float:
+    """The k-th neighbour distance the kNN grid's range pass would take, estimated on the planning sample
+    (:func:`_knn_radius`)."""
+    return _knn_radius(sample_a, sample_b, n_b, k)
+
+
+def sample_knn_grid_share(sample_a: np.ndarray, sample_b: np.ndarray | None, n_b: int, k: int) -> KnnShare:
+    """The ε-grid's candidates among the planning sample's pairs of rows at the estimated kNN radius (the CPU kNN
+    grid's range pass is that ε-grid's join), on the sample thinned as for :func:`sample_grid_share`; with the
+    radius.  ``n_b``: the rows of B a task searches at once (one data block)."""
+    sample_a, sample_b = (None if x is None else _thin(x)[0] for x in (sample_a, sample_b))
     sample_a, sample_b = (None if x is None else x[::-(-x.shape[0] // SHARE_SAMPLE) or 1] for x in (sample_a, sample_b))
-    radius = sample_knn_radius(sample_a, sample_b, n_b, k)
+    radius = _knn_radius(sample_a, sample_b, n_b, k)
     if not (0.0 < radius < math.inf):
-        return math.nan, radius
-    return _grid_share(sample_a, radius, sample_b), radius
+        return KnnShare(math.nan, radius)
+    return KnnShare(_grid_share(sample_a, radius, sample_b), radius)
 
 
 def sample_pair_rows(est: Estimate, sample_a: np.ndarray, eps: float, sample_b: np.ndarray | None = None, *,

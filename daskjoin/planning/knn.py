@@ -92,6 +92,8 @@ SZL_MAX_D = 8  # (no longer chosen by auto)
 #: took the faster method (the old rule, grid to CPU_GRID_MAX_D and brute after, took brute force at 9- to 24-d
 #: on clusters, 1.2-4.8x slower); the model errs high where the share is large, far from the crossover.  The old
 #: rule where the share is unknown, and beyond KNN_SHARE_MAX_D (not measured further: brute force, which won at 32-d).
+#: The model covers the tasks whose range pass declines (clusters: more than 5 k rows within the radius of a query;
+#: there the rings alone ran those 0.155-0.82 ratios).
 CPU_SHARE_FROM_D = 7
 KNN_SHARE_MAX_D = 32
 KNN_GRID_PER_D = 0.012
@@ -189,9 +191,9 @@ class KnnPlan:
         return self.explain()
 
 
-def choose_knn_method(method: str, d: int, gpus: bool = False, share: float | None = None) -> tuple[str, str]:
+def choose_knn_method(method: str, d: int, gpus: bool = False, sampled=None) -> tuple[str, str]:
     """``method`` resolved, and why (measured crossovers, see ``SZL_MAX_D``); ``gpus``: the tasks run on GPUs;
-    ``share``: the ε-grid's sampled share at the kNN radius (:data:`CPU_SHARE_FROM_D`'s model; None: unknown)."""
+    ``sampled``: the planning sample's ``estimate.KnnShare`` (:data:`CPU_SHARE_FROM_D`'s model; None: unknown)."""
     if method != "auto":
         return method, "chosen by the caller"
     if d <= GRID_MAX_D:
@@ -200,7 +202,8 @@ def choose_knn_method(method: str, d: int, gpus: bool = False, share: float | No
         return "brute", (f"d={d} > {GRID_MAX_D} on GPUs: every pair through a filter of products (the tensor "
                          "cores on an integer grid from 16 dimensions, float32 below), faster there than grid "
                          "cells or Z-lists")
-    if share is not None and math.isfinite(share) and wants_knn_share(method, d, gpus):
+    share = math.nan if sampled is None else sampled.share
+    if math.isfinite(share) and wants_knn_share(method, d, gpus):
         ratio = cpu_knn_grid_ratio(d, share)
         said = (f"the ε-grid at the sampled k-th distance computes {share:.3g} of brute force's distances; the "
                 f"grid's time over brute force's predicted at d x ({KNN_GRID_PER_D:g} + {KNN_GRID_PER_SHARE:g} x "
@@ -286,12 +289,15 @@ def make_knn_plan(a: Source, b: Source | None, k: int, *, method: str, backend: 
     data = a if b is None else b
     check_k(k, data.n, b is None)
     on_gpus = gpus or backend == "gpu"
-    share = None
+    sampled = None
     if wants_knn_share(method, a.d, on_gpus) and stats_a.sample.shape[0]:
         from .estimate import sample_knn_grid_share
 
-        share, _ = sample_knn_grid_share(stats_a.sample, None if b is None else stats_b.sample, data.n, k)
-    chosen, reason = choose_knn_method(method, a.d, on_gpus, share)
+        # the rows one task searches at once: the range pass's radius is a data block's k-th distance
+        grid_block = max(1, int(memory_budget // 2 // (row_bytes(a.d, 8) + index_row_bytes("grid", a.d))))
+        sampled = sample_knn_grid_share(stats_a.sample, None if b is None else stats_b.sample,
+                                        min(data.n, grid_block if block_rows is None else int(block_rows)), k)
+    chosen, reason = choose_knn_method(method, a.d, on_gpus, sampled)
     per_row = row_bytes(a.d, 8)
     data_row = per_row + index_row_bytes(chosen, a.d)
     notes = []
