@@ -40,6 +40,17 @@ def test_a_freed_block_is_lent_again():
     assert pool.free_bytes == 0
 
 
+@pytest.mark.parametrize("nbytes", [MIN_BYTES, GRAIN * 3 // 4 + 8, GRAIN * 5 // 2])
+def test_a_request_takes_back_the_block_it_would_get(nbytes):
+    """Sizes that are not whole grains (a 200k-row index's 1.6 MB) reuse their rounded-up block."""
+    pool = ArrayPool(1 << 30)
+    a = pool.empty(nbytes // 8, np.int64)
+    where = _address(a)
+    del a
+    gc.collect()
+    assert _address(pool.empty(nbytes // 8, np.int64)) == where
+
+
 def test_a_block_held_by_a_view_is_not_lent():
     pool = ArrayPool(1 << 30)
     a = pool.empty(BIG, np.int64)

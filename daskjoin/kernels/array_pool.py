@@ -27,8 +27,8 @@ import numpy as np
 MIN_BYTES = 1 << 20
 #: block sizes are rounded up to this (transparent huge pages are 2 MiB)
 GRAIN = 2 << 20
-#: a free block serves a request of at least this share of its size: an array that outlives its task (a persisted
-#: frame's column, a cached index) holds little more memory than it uses
+#: a free block serves a request whose own block (its size rounded up to GRAIN) would be at least this share of it:
+#: an array that outlives its task (a persisted frame's column, a cached index) holds little more than it uses
 MIN_FILL = 0.8
 
 
@@ -113,11 +113,11 @@ class ArrayPool:
     def _take(self, nbytes: int) -> np.ndarray:
         with self._lock:
             self._file_returned()
+            size = -(-nbytes // GRAIN) * GRAIN  # the block it would get new
             at = bisect.bisect_left(self._sizes, nbytes)
-            if at < len(self._sizes) and nbytes >= MIN_FILL * self._sizes[at]:
+            if at < len(self._sizes) and size >= MIN_FILL * self._sizes[at]:
                 self._free_bytes -= self._sizes.pop(at)
                 return self._blocks.pop(at)
-        size = -(-nbytes // GRAIN) * GRAIN
         try:
             return np.empty(size, np.uint8)
         except MemoryError:  # the free blocks first, then once more
