@@ -37,8 +37,8 @@ DEFAULTS = {
         "host-pool-bytes": "auto",
         # free host memory a process keeps for its next large arrays (a CPU task's pair buffers, grid index and
         # sort; kernels/array_pool.py): reused, its pages are not faulted in again each task (Dask's workers give
-        # freed memory back to the system at once); "auto": a thirty-second of the host's memory, at most 1 GiB;
-        # 0: none
+        # freed memory back to the system at once); "auto": in a Dask worker a sixteenth of its memory limit,
+        # elsewhere a thirty-second of the host's memory, at most 1 GiB; 0: none (and what was kept is freed)
         "array-pool-bytes": "auto",
         # whether the client fetches a lazy frame's computed partitions from the workers directly instead of
         # through the scheduler (Client(direct_to_workers=...)); "auto": where every worker is on this host's
