@@ -190,3 +190,21 @@ def test_the_setting_turns_the_pool_off_and_bounds_it():
     with dask.config.set({"daskjoin.array-pool-bytes": 0}):
         array_pool.empty(BIG, np.int64)  # turned off: what it held goes at once
         assert array_pool.POOL.free_bytes == 0
+
+
+def test_free_blocks_go_once_the_pool_is_idle(monkeypatch):
+    """A process that lends nothing for IDLE_S frees its free blocks (a worker idle after a join)."""
+    import time
+
+    monkeypatch.setattr(array_pool, "IDLE_S", 0.3)
+    pool = ArrayPool(1 << 30)
+    a = pool.empty(BIG, np.int64)
+    del a
+    gc.collect()
+    assert pool.free_bytes == BIG * 8
+    deadline = time.monotonic() + 10
+    while pool.free_bytes and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pool.free_bytes == 0
+    b = pool.empty(BIG, np.int64)  # and it lends again as before
+    assert b.base is not None and b.shape == (BIG,)

@@ -11,14 +11,16 @@ An array from :func:`empty` is a view of a pooled block; the block returns to th
 last view of it is garbage (whatever holds it: a frame that was persisted keeps its block), and a
 later request of a size it fits (:data:`MIN_FILL`) takes it again.  The pool keeps at most
 :func:`keep_bytes` of free blocks (``daskjoin.array-pool-bytes``: a sixteenth of a worker's memory limit;
-the largest go first when it must drop some); :func:`release` frees them all (``daskjoin.clear_cache()``
-calls it; on a cluster ``client.run(daskjoin.clear_cache)``).  Requests below :data:`MIN_BYTES` come from numpy as usual.
+the largest go first when it must drop some), and frees them all once none was lent for :data:`IDLE_S`
+(a worker idle after a join) or on :func:`release` (``daskjoin.clear_cache()`` calls it; on a cluster
+``client.run(daskjoin.clear_cache)``).  Requests below :data:`MIN_BYTES` come from numpy as usual.
 """
 from __future__ import annotations
 
 import bisect
 import collections
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -27,6 +29,8 @@ import numpy as np
 MIN_BYTES = 1 << 20
 #: block sizes are rounded up to this (transparent huge pages are 2 MiB)
 GRAIN = 2 << 20
+#: free blocks are freed once no array has been lent for this long (a worker idle after a join gives them back)
+IDLE_S = 30.0
 #: a free block serves a request whose own block (its size rounded up to GRAIN) would be at least this share of it:
 #: an array that outlives its task (a persisted frame's column, a cached index) holds little more than it uses
 MIN_FILL = 0.8
@@ -90,6 +94,8 @@ class ArrayPool:
         self._free_bytes = 0
         self._returned: collections.deque = collections.deque()
         self._lock = threading.Lock()
+        self._last_lent = 0.0
+        self._sweeper: threading.Thread | None = None
 
     @property
     def free_bytes(self) -> int:
@@ -112,6 +118,9 @@ class ArrayPool:
 
     def _take(self, nbytes: int) -> np.ndarray:
         with self._lock:
+            self._last_lent = time.monotonic()
+            if self._sweeper is None:
+                self._start_sweeper()
             self._file_returned()
             size = -(-nbytes // GRAIN) * GRAIN  # the block it would get new
             at = bisect.bisect_left(self._sizes, nbytes)
@@ -135,6 +144,28 @@ class ArrayPool:
         # not at exit: a block must not go back while a daemon thread's arrays may still use it
         weakref.finalize(lease, self._returned.append, block).atexit = False
         return np.asarray(lease)[:nbytes].view(dtype).reshape(shape)
+
+    def _start_sweeper(self) -> None:
+        """(Under the lock.)  A daemon thread that frees the free blocks once none was lent for :data:`IDLE_S`."""
+        pool = weakref.ref(self)
+
+        def sweep() -> None:
+            while True:
+                time.sleep(IDLE_S / 3)
+                live = pool()
+                if live is None:
+                    return
+                with live._lock:
+                    live._file_returned()
+                    if live._sizes and time.monotonic() - live._last_lent > IDLE_S:
+                        live._sizes, live._blocks, live._free_bytes = [], [], 0
+                del live
+
+        try:
+            self._sweeper = threading.Thread(target=sweep, name="daskjoin-array-pool", daemon=True)
+            self._sweeper.start()
+        except RuntimeError:  # no thread to be had (a process shutting down): blocks wait for release()
+            pass
 
     def set_keep(self, keep: int) -> None:
         """A new bound on the free bytes; free blocks beyond it are dropped at once."""
