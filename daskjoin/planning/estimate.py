@@ -135,8 +135,9 @@ class KnnShare:
     radius: float  # the k-th neighbour distance the range pass would take, estimated
 
 
-def _knn_radius(sample_a: np.ndarray, sample_b: np.ndarray | None, n_b: int, k: int) -> float:
-    """The ``radius`` of :class:`KnnShare` (NaN where the sample cannot say).
+def sample_knn_radius(sample_a: np.ndarray, sample_b: np.ndarray | None, n_b: int, k: int) -> float:
+    """The k-th neighbour distance the kNN grid's range pass would take, estimated on the planning sample (the
+    ``radius`` of :class:`KnnShare`; NaN where the sample cannot say).
 
     A query's j-th neighbour among the sample's m rows of B stands for its (j n_b / m)-th among all, so its k-th
     is the sample's j-th (j = ceil(k m / n_b)) scaled by (k m / (j n_b))^(1/d) (as many rows within a radius as its
@@ -160,19 +161,13 @@ def _knn_radius(sample_a: np.ndarray, sample_b: np.ndarray | None, n_b: int, k: 
     return float(np.quantile(jth * (wanted / j) ** (1.0 / d), KNN_SHARE_QUANTILE))
 
 
-def sample_knn_radius(sample_a: np.ndarray, sample_b: np.ndarray | None, n_b: int, k: int) -> float:
-    """The k-th neighbour distance the kNN grid's range pass would take, estimated on the planning sample
-    (:func:`_knn_radius`)."""
-    return _knn_radius(sample_a, sample_b, n_b, k)
-
-
 def sample_knn_grid_share(sample_a: np.ndarray, sample_b: np.ndarray | None, n_b: int, k: int) -> KnnShare:
     """The ε-grid's candidates among the planning sample's pairs of rows at the estimated kNN radius (the CPU kNN
     grid's range pass is that ε-grid's join), on the sample thinned as for :func:`sample_grid_share`; with the
     radius.  ``n_b``: the rows of B a task searches at once (one data block)."""
     sample_a, sample_b = (None if x is None else _thin(x)[0] for x in (sample_a, sample_b))
     sample_a, sample_b = (None if x is None else x[::-(-x.shape[0] // SHARE_SAMPLE) or 1] for x in (sample_a, sample_b))
-    radius = _knn_radius(sample_a, sample_b, n_b, k)
+    radius = sample_knn_radius(sample_a, sample_b, n_b, k)
     if not (0.0 < radius < math.inf):
         return KnnShare(math.nan, radius)
     return KnnShare(_grid_share(sample_a, radius, sample_b), radius)

@@ -205,7 +205,8 @@ def choose_knn_method(method: str, d: int, gpus: bool = False, sampled=None) -> 
     share = math.nan if sampled is None else sampled.share
     if math.isfinite(share) and wants_knn_share(method, d, gpus):
         ratio = cpu_knn_grid_ratio(d, share)
-        said = (f"the ε-grid at the sampled k-th distance computes {share:.3g} of brute force's distances; the "
+        said = (f"the ε-grid at the sampled k-th distance ({sampled.radius:.3g}) computes {share:.3g} of brute "
+                f"force's distances; the "
                 f"grid's time over brute force's predicted at d x ({KNN_GRID_PER_D:g} + {KNN_GRID_PER_SHARE:g} x "
                 f"that) = {ratio:.2g} (CPU, measured model)")
         if ratio < 1.0:
