@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import gc
+import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -208,3 +210,43 @@ def test_free_blocks_go_once_the_pool_is_idle(monkeypatch):
     assert pool.free_bytes == 0
     b = pool.empty(BIG, np.int64)  # and it lends again as before
     assert b.base is not None and b.shape == (BIG,)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_while_the_lock_is_held_gets_a_pool_of_its_own(monkeypatch):
+    """A process forked while another thread holds the pool's lock lends large arrays in the child (the
+    parent's lock, held by a thread the child does not have, would make its first large array wait forever)."""
+    monkeypatch.setattr(array_pool, "keep_bytes", lambda: 64 << 20)
+    array_pool.empty((4 << 20,), np.uint8)  # the parent's pool in use (its sweeper started)
+    held, fork_done = threading.Event(), threading.Event()
+
+    def hold():
+        with array_pool.POOL._lock:
+            held.set()
+            fork_done.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    pid = os.fork()
+    if pid == 0:  # the child: a large array, written and read, then out at once
+        code = 1
+        try:
+            a = array_pool.empty((4 << 20,), np.uint8)
+            a[:] = 7
+            code = 0 if int(a.sum()) == 7 * (4 << 20) and array_pool.POOL._lock.acquire(timeout=1) else 2
+        finally:
+            os._exit(code)
+    fork_done.set()
+    holder.join()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung on the pool")
+    assert os.waitstatus_to_exitcode(status) == 0

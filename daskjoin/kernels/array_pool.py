@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import os
 import threading
 import time
 import weakref
@@ -181,6 +182,18 @@ class ArrayPool:
 
 
 POOL = ArrayPool(0)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with an empty pool of its own: the parent's lock may have been held by a thread the
+    child does not have (its first large array would wait forever), its free lists may have been mid-change, and
+    its sweeper thread is not in the child (a new one starts with the first lease)."""
+    global POOL
+    POOL = ArrayPool(POOL.keep)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def empty(shape, dtype) -> np.ndarray:
