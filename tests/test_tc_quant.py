@@ -311,9 +311,8 @@ def test_launch_constants_match_the_cuda_source():
     source = (Path(brute_gpu.__file__).parent / "cuda" / "brute_tc.cu").read_text()
     define = {k: v for k, v in re.findall(r"^#define (\w+) (.+)$", source, re.M)}
     value = {}
-    for name in ("TILE", "LDS", "STAGE_BYTES", "NSTAGES", "TC_SMEM", "THREADS", "WG_STAGES", "WG_BARRIERS", "WARP_LIST",
-                 "WG_SMEM",
-                 "PAIRS_PER_BLOCK"):
+    for name in ("TILE", "LDS", "STAGE_BYTES", "NSTAGES", "TC_SMEM", "THREADS", "WG_STAGES", "WG_BARRIERS",
+                 "PAIRS_PER_BLOCK", "WG_THRESHOLDS", "WG_PAIRS", "WARP_LIST", "WG_SMEM"):
         value[name] = eval(define[name], {}, dict(value))  # each refers only to those before it
     assert value["TC_SMEM"] == brute_gpu.TC_SMEM_BYTES
     assert value["WG_SMEM"] == brute_gpu.TC_WG_SMEM_BYTES

@@ -171,9 +171,10 @@ def _fp16_exact_on(device: int, mma: str) -> bool:
 #: (cuda/brute_tc.cu: TC_SMEM = NSTAGES * 2 * TILE * LDS; a test ties them)
 TC_SMEM_BYTES = 3 * 2 * 128 * 144
 #: the same for the wgmma kernels: three A slots and three B stages of 128 rows of 128 bytes, 1 KiB for alignment,
-#: 64 bytes of stage barriers, and each of the 8 warps' 128 gathered candidates of 12 bytes
+#: 64 bytes of stage barriers and state, the thresholds staged with the tiles (128 of 4 bytes for each stage and
+#: A slot), the block's 64 tile pairs (8 bytes each), and each of the 8 warps' 128 gathered candidates of 12 bytes
 #: (cuda/brute_tc.cu: WG_SMEM)
-TC_WG_SMEM_BYTES = 2 * 3 * 128 * 128 + 1024 + 64 + 8 * 128 * 12
+TC_WG_SMEM_BYTES = 2 * 3 * 128 * 128 + 1024 + 64 + 2 * 3 * 128 * 4 + 64 * 8 + 8 * 128 * 12
 #: tile pairs filtered one after another by one block (cuda/brute_tc.cu: PAIRS_PER_BLOCK)
 TC_PAIRS_PER_BLOCK = 64
 
@@ -272,8 +273,9 @@ def tc_filter_launch(fmt: str, a_rows, b_rows, P, Q, thresholds, selfjoin: bool,
         # the rows' operands made at the first launch (kept in the TcRows): none for a launcher never run
         xa, yb = tc_operand(a_rows, mma), tc_operand(b_rows, mma)
         tx, ty = thresholds() if callable(thresholds) else thresholds
-        # the kernel reads a thread's two adjacent column thresholds as one 8-byte load
-        assert ty.data.ptr % 8 == 0, "column thresholds must be 8-byte aligned"
+        # the kernel reads a thread's two adjacent column thresholds as one 8-byte load, and the wgmma form copies a
+        # tile's 128 thresholds in bulk (16-byte aligned sources)
+        assert tx.data.ptr % 16 == 0 and ty.data.ptr % 16 == 0, "thresholds must be 16-byte aligned"
         product((-(-(hi - lo) // TC_PAIRS_PER_BLOCK),), (BLOCK,), (
             xa, yb, np.int32(rowbytes), P[lo:hi], Q[lo:hi], np.int64(hi - lo), tx, ty, np.int32(selfjoin),
             # the base of the listed tile-pair numbers, used only where they are listed (cand_pair): ranges of a

@@ -41,20 +41,35 @@ typedef unsigned int u32;
 // the wgmma kernels' stages: NSTAGES A slots and B stages of 16 KiB, and 1 KiB to align them to the swizzle's
 // 1,024-byte period
 #define WG_STAGES (2 * NSTAGES * TILE * 128 + 1024)
-// the wgmma kernels' stage barriers after their stages: NSTAGES mbarriers (8 bytes) and NSTAGES release counts
+// the wgmma kernels' stage barriers and staging state after their stages: NSTAGES mbarriers (8 bytes), NSTAGES release
+// counts, NSTAGES A slots and the two ints of the stager's state (BulkStager)
 #define WG_BARRIERS 64
-// candidates each warp of a wgmma filter gathers in shared memory (12 bytes each) before it appends them to the list
-#define WARP_LIST 128
-// dynamic shared memory of the wgmma kernels (brute_gpu.TC_WG_SMEM_BYTES mirrors it): two blocks an SM
-#define WG_SMEM (WG_STAGES + WG_BARRIERS + (THREADS / 32) * WARP_LIST * 12)
 // tile pairs per block of the filter (brute_gpu.TC_PAIRS_PER_BLOCK mirrors it); 32 against 16: uniform 1M x 128 int8
 // counted in 0.278 s against 0.296 s (H200, session 25); 64 against 32 once staged in bulk: the kernel 777-784 TOPS
 // against 756-760, the count the same (H100, session 26)
 #define PAIRS_PER_BLOCK 64
+// the wgmma kernels' thresholds, staged with their tiles (4 bytes a row: int32 or float32): the B tile's column
+// thresholds in each stage, the A tile's row thresholds in each A slot; then the block's tile pairs (two int32 each)
+#define WG_THRESHOLDS (2 * NSTAGES * TILE * 4)
+#define WG_PAIRS (PAIRS_PER_BLOCK * 8)
+// candidates each warp of a wgmma filter gathers in shared memory (12 bytes each) before it appends them to the list
+#define WARP_LIST 128
+// dynamic shared memory of the wgmma kernels (brute_gpu.TC_WG_SMEM_BYTES mirrors it): two blocks an SM (2 x 115,264
+// bytes and the 1 KiB each block keeps back: 232,576 of the 233,472 an H100 or H200 multiprocessor has)
+#define WG_SMEM (WG_STAGES + WG_BARRIERS + WG_THRESHOLDS + WG_PAIRS + (THREADS / 32) * WARP_LIST * 12)
 
 template <typename T> struct Two;
-template <> struct Two<int> { typedef int2 type; };
-template <> struct Two<float> { typedef float2 type; };
+template <> struct Two<int> { typedef int2 type; static constexpr bool INTEGER = true; };
+template <> struct Two<float> { typedef float2 type; static constexpr bool INTEGER = false; };
+
+// What the visit of a tile pair reads besides its products (Filter::test): the pair's tiles (tp, tq), the B
+// tile's 128 column thresholds and the A tile's 128 row thresholds (in shared memory where staged in bulk with the
+// tiles, else in global memory)
+struct Staged {
+    int2 tiles;
+    const void* ys;
+    const void* xs;
+};
 
 // Where the product of (row r, column c) of a thread's R x C share sits in its 64 accumulators (m16n8
 // fragments): row r is tile row row0 + g + row_off(r), column c tile column col0 + 2 t + col_off(c), for
@@ -63,6 +78,8 @@ template <typename M>
 __device__ __forceinline__ constexpr int acc_at(int r, int c) {
     return (r >> 1) * 2 * M::C + (c >> 1) * 4 + 2 * (r & 1) + (c & 1);
 }
+// the k lowest bits set (0 <= k <= 64)
+__device__ __forceinline__ unsigned long long low_bits(int k) { return k >= 64 ? ~0ULL : (1ULL << k) - 1ULL; }
 __device__ __forceinline__ int row_off(int r) { return 16 * (r >> 1) + 8 * (r & 1); }
 __device__ __forceinline__ int col_off(int c) { return 8 * (c >> 1) + (c & 1); }
 
@@ -150,18 +167,30 @@ struct MmaSync {
 
 // d (+)= A B^T of 64 rows of A and 128 of B, 32 bytes of each (k32 int8, k16 fp16), both K-major in shared
 // memory behind descriptors; `add` 0 starts a fresh sum
-__device__ __forceinline__ void wgmma_tile(int* d, unsigned long long da, unsigned long long db, int add) {
+// A shared-memory matrix descriptor: rows of 128 bytes in the 128-byte swizzle (mode 1, bits 62-63), 8-row
+// groups 1,024 bytes apart (stride offset, bits 32-45); the leading offset (bits 16-29) is set to 1 and ignored
+// by this layout.  `addr`: a tile's first row, a multiple of 1,024 (the k-steps advance the descriptor itself).
+// The descriptor's high word (stride offset and swizzle mode) and its low word (address and leading offset).
+#define WG_DESC_HI 0x40000040  // (1024 >> 4) | (1 << 30)
+__device__ __forceinline__ unsigned wg_desc_lo(unsigned addr) { return ((addr & 0x3FFFFu) >> 4) | (1u << 16); }
+// (the descriptors given by their low words, wg_desc_lo: the high word is the same for every tile, and 32-bit
+// arithmetic on the low words is what the k-steps need; 64-bit descriptors cost ~40 instructions a tile pair)
+#define WG_STR(x) #x
+#define WG_XSTR(x) WG_STR(x)
+#define WG_DESCS ".reg .b32 hi;\n.reg .b64 da, db;\nmov.b32 hi, " WG_XSTR(WG_DESC_HI) ";\nmov.b64 da, {%64, hi};\n" \
+    "mov.b64 db, {%65, hi};\n"
+__device__ __forceinline__ void wgmma_tile(int* d, unsigned alo, unsigned blo, int add) {
 #define D(x) "+r"(x)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " WG_REGS ", %64, %65, p;\n}\n"
-                 : WG_D64 : "l"(da), "l"(db), "r"(add));
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" WG_DESCS
+                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " WG_REGS ", da, db, p;\n}\n"
+                 : WG_D64 : "r"(alo), "r"(blo), "r"(add));
 #undef D
 }
-__device__ __forceinline__ void wgmma_tile(float* d, unsigned long long da, unsigned long long db, int add) {
+__device__ __forceinline__ void wgmma_tile(float* d, unsigned alo, unsigned blo, int add) {
 #define D(x) "+f"(x)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " WG_REGS ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : WG_D64 : "l"(da), "l"(db), "r"(add));
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" WG_DESCS
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " WG_REGS ", da, db, p, 1, 1, 0, 0;\n}\n"
+                 : WG_D64 : "r"(alo), "r"(blo), "r"(add));
 #undef D
 }
 // the accumulators pinned around the asynchronous products: no read or write of them moves across
@@ -176,13 +205,7 @@ __device__ __forceinline__ void wg_hold(float* d) {
 #undef D
 }
 
-// A shared-memory matrix descriptor: rows of 128 bytes in the 128-byte swizzle (mode 1, bits 62-63), 8-row
-// groups 1,024 bytes apart (stride offset, bits 32-45); the leading offset (bits 16-29) is set to 1 and ignored
-// by this layout.  `addr`: a tile's first row, a multiple of 1,024 (the k-steps advance the descriptor itself).
-__device__ __forceinline__ unsigned long long wg_desc(unsigned addr) {
-    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32)
-           | (1ull << 62);
-}
+
 
 struct Wgmma {
     static constexpr int R = 2, C = 32, SLOT = TILE * 128;
@@ -203,13 +226,12 @@ struct Wgmma {
     // one's products with the other's filter.  A pipelined form (the next pair's products issued into a second set
     // of 64 accumulators before this pair's filter, one block an SM) was measured slower: 375 TOPS against 519 on
     // uniform 1M x 128 int8, H200 (session 24).
+    // (da, db: the low words of the descriptors of this warpgroup's A rows and of the B rows, wg_desc_lo)
     template <typename Acc>
-    __device__ static void product(const unsigned char* sA, const unsigned char* sB, int w, bool fresh, Acc* acc) {
+    __device__ static void product(unsigned da, unsigned db, bool fresh, Acc* acc) {
         // the k-step's 32 bytes advance the descriptors' address field (bits 0-13, in units of 16 bytes) by 2, at
         // most 6 in all: no carry, the tile's address being a multiple of 1,024 (the field's low 6 bits zero) in a
         // shared window below 2^18 bytes
-        const unsigned long long da = wg_desc((unsigned)__cvta_generic_to_shared(sA) + (threadIdx.x >> 7) * 64 * 128);
-        const unsigned long long db = wg_desc((unsigned)__cvta_generic_to_shared(sB));
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
         // unrolled (in a pipelined form, a loop over a run-time count of steps had made ptxas serialise every
         // wgmma: message C7514)
@@ -304,11 +326,15 @@ struct Stager {
 // Hopper's staging (Wgmma): each stage filled by the tensor memory accelerator, one bulk copy a tile chunk of 128
 // rows x 128 bytes, which writes it in the 128-byte swizzle wgmma reads (the tensor maps of the rows: brute_gpu.
 // tc_operand; a chunk past the row's end reads zeros) and completes on the stage's mbarrier.  No thread copies, no
-// block barrier: a warp waits for the stage it needs and, once its products of it are formed, counts itself out of
-// it; the eighth warp out stages the item NSTAGES on into it.  So warps drift apart by up to NSTAGES - 1 items (a
-// warp listing candidates holds no one up until then), where the block barrier of the cp.async form held every
-// warp to every item, and the ~100 instructions a warp spent staging and waiting each tile pair are gone
-// (Nsight Compute, session 25: the barrier the largest stall, the kernel bound by issue).
+// block barrier: a warp waits for the stage it needs and, once it has tested (and listed) its products of it,
+// counts itself out of it; the eighth warp out stages the item NSTAGES on into it.  So warps drift apart by up to
+// NSTAGES - 1 items, where the block barrier of the cp.async form held every warp to every item, and the ~100
+// instructions a warp spent staging and waiting each tile pair are gone (Nsight Compute, session 25: the barrier
+// the largest stall, the kernel bound by issue).
+// The pair's thresholds come with its tiles (one bulk copy of 512 bytes each, into the stage and the A slot) and the
+// block's tile pairs are read into shared memory once, so that a warp's loop reads no global memory: the 18 global
+// loads a tile pair (thresholds and tile numbers) and the bookkeeping every thread did to know each stage's A slot
+// were a third of the loop's instructions (session 30; the staging thread keeps that state in shared memory now).
 // A slots as in Stager; a new run's slot last served the run three before, whose items were all counted out
 // before the stage of item it - 3 was (each warp goes in order), which is what the staging of item it waits for.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -340,34 +366,57 @@ __device__ __forceinline__ unsigned count_out(unsigned* count) {
     return before;
 }
 
-template <typename M>
+// `bytes` bytes from global src to shared dst (both 16-byte aligned, bytes a multiple of 16), completing on bar
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, u64* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(smem_at(dst)), "l"(src), "r"(bytes), "r"(smem_at(bar)) : "memory");
+}
+
+template <typename M, bool ONE>
 struct BulkStager {
-    unsigned char* aslots;
-    unsigned char* bslots;
-    u64* full;        // NSTAGES mbarriers: stage s's copies landed
-    unsigned* out;    // NSTAGES counts of warps out of a stage, never reset (the eighth of each eight stages it)
+    // Shared memory after the stages (at `bar`): NSTAGES mbarriers (stage s's copies landed), NSTAGES counts of warps
+    // out of a stage (never reset: the eighth of each eight stages it), the A slot each stage's item reads, and the
+    // issuers' state (the A run's slot and tile); then (after WG_BARRIERS) each stage's column thresholds, each A
+    // slot's row thresholds, the block's tile pairs.  Only the thread that stages an item reads and writes the
+    // state and the item's A slot: the warp that counts itself out of a stage last (count_out), after every other
+    // warp (acq_rel), and so after the thread that staged the item before (which counted itself out of the stage
+    // before first); its writes reach the item's readers with the stage's mbarrier.  So every other thread keeps
+    // only the item counters (uniform across the block), and no register holds an A slot between items.
+    unsigned char* bar;
     const void* mapA;
     const void* mapB;
+    const unsigned char* tx;  // the thresholds in global memory (4 bytes a row), or null: none staged (ProductsOut)
+    const unsigned char* ty;
     int rowbytes, nk;
-    const i64* __restrict__ P;
-    const i64* __restrict__ Q;
-    int items, next, next_kc, next_st;
-    i64 next_k, np, nq;
-    int run;
-    unsigned aslot;
-    i64 last_tp;
+    int items, next, next_kc, next_st, next_k;  // next_k: the pair of item `next`, from first
 
-    __device__ __forceinline__ BulkStager(unsigned char* base, unsigned char* barriers, const void* mapA_,
-                                          const void* mapB_, int rowbytes_, const i64* P_, const i64* Q_, i64 first_,
+    __device__ __forceinline__ u64* full() const { return reinterpret_cast<u64*>(bar); }
+    __device__ __forceinline__ unsigned* out() const { return reinterpret_cast<unsigned*>(bar + NSTAGES * 8); }
+    __device__ __forceinline__ int* slots() const { return reinterpret_cast<int*>(bar + NSTAGES * 12); }
+    __device__ __forceinline__ int* state() const { return reinterpret_cast<int*>(bar + NSTAGES * 16); }
+    static_assert(NSTAGES * 16 + 8 <= WG_BARRIERS, "the barriers, counts, slots and state fit WG_BARRIERS");
+    __device__ __forceinline__ unsigned char* ysl() const { return bar + WG_BARRIERS; }
+    __device__ __forceinline__ unsigned char* xsl() const { return ysl() + NSTAGES * TILE * 4; }
+    __device__ __forceinline__ const int2* pairs() const { return reinterpret_cast<const int2*>(ysl() + WG_THRESHOLDS); }
+    __device__ __forceinline__ unsigned char* aslots() const { return M::base(bar - WG_STAGES); }
+    __device__ __forceinline__ unsigned char* bslots() const { return aslots() + NSTAGES * M::SLOT; }
+
+    __device__ __forceinline__ BulkStager(unsigned char* bar_, const void* mapA_, const void* mapB_, const void* tx_,
+                                          const void* ty_, int rowbytes_, const i64* P, const i64* Q, i64 first,
                                           i64 end)
-        : aslots(base), bslots(base + NSTAGES * M::SLOT), full(reinterpret_cast<u64*>(barriers)),
-          out(reinterpret_cast<unsigned*>(barriers + NSTAGES * 8)), mapA(mapA_), mapB(mapB_), rowbytes(rowbytes_),
-          nk((rowbytes_ + KB - 1) / KB), P(P_), Q(Q_), items((int)(end - first_) * nk), next(0), next_kc(0),
-          next_st(0), next_k(first_), np(P_[first_]), nq(Q_[first_]), run(-1), aslot(0), last_tp(-1) {
+        : bar(bar_), mapA(mapA_), mapB(mapB_), tx(static_cast<const unsigned char*>(tx_)),
+          ty(static_cast<const unsigned char*>(ty_)), rowbytes(rowbytes_), nk(ONE ? 1 : (rowbytes_ + KB - 1) / KB),
+          items((int)(end - first) * nk), next(0), next_kc(0), next_st(0), next_k(0) {
         if (threadIdx.x == 0) {
-            for (int s = 0; s < NSTAGES; ++s) { mbar_init(full + s, 1); out[s] = 0; }
+            for (int s = 0; s < NSTAGES; ++s) { mbar_init(full() + s, 1); out()[s] = 0; }
+            state()[0] = NSTAGES - 1;  // the first run takes slot 0
+            state()[1] = -1;
             asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         }
+        // the block's tile pairs, once (tile numbers below 2^31: their rows are int32 coordinates of the maps)
+        int2* const own = reinterpret_cast<int2*>(ysl() + WG_THRESHOLDS);
+        for (int k = threadIdx.x; k < (int)(end - first); k += THREADS)
+            own[k] = make_int2((int)P[first + k], (int)Q[first + k]);
         // the maps were written by a copy from the host, and their device memory may have held other maps before
         // (CuPy's pool): each thread that may issue copies (any warp's lane 0: the last warp out of a stage)
         // orders those writes before its own reads of the maps, at system scope as for a copy from the host
@@ -376,75 +425,104 @@ struct BulkStager {
         __syncthreads();
     }
 
-    // every thread keeps the count (which A slot each stage's item reads); `issue`: this thread also copies
+    // the next item into its stage (`issue`: this thread stages it; every thread counts); the last chunk of a pair
+    // brings the pair's thresholds with its rows
     __device__ __forceinline__ void stage_next(bool issue) {
-        if (next < items) {
-            const bool new_a = nk > 1 || np != last_tp;
+        if (issue && next < items) {
+            const int2 t = pairs()[next_k];
+            int run = state()[0];
+            const bool new_a = nk > 1 || t.x != state()[1];
             if (new_a) {
                 run = run + 1 == NSTAGES ? 0 : run + 1;
-                last_tp = np;
+                state()[0] = run;
+                state()[1] = t.x;
             }
-            if (issue) {
-                const int k0 = next_kc * KB;
-                mbar_expect(full + next_st, (new_a ? 2u : 1u) * TILE * 128);
-                if (new_a) bulk_tile(aslots + run * M::SLOT, mapA, k0, (int)(np * TILE), full + next_st);
-                bulk_tile(bslots + next_st * M::SLOT, mapB, k0, (int)(nq * TILE), full + next_st);
+            slots()[next_st] = run;
+            const int k0 = next_kc * KB;
+            const bool thr = tx != nullptr && next_kc == nk - 1;
+            const unsigned bytes = TILE * 128 + (thr ? TILE * 4 : 0);
+            u64* const landed = full() + next_st;
+            // the generic reads of the stage's thresholds by every warp (ordered before by count_out) before the
+            // copies' writes, which the async proxy makes
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            mbar_expect(landed, (new_a ? 2u : 1u) * bytes);  // (a release: the slot and state written before)
+            if (new_a) {
+                bulk_tile(aslots() + run * M::SLOT, mapA, k0, t.x * TILE, landed);
+                if (thr) bulk_copy(xsl() + run * TILE * 4, tx + (i64)t.x * TILE * 4, TILE * 4, landed);
             }
-            aslot = (aslot & ~(3u << (2 * next_st))) | ((unsigned)run << (2 * next_st));
+            bulk_tile(bslots() + next_st * M::SLOT, mapB, k0, t.y * TILE, landed);
+            if (thr) bulk_copy(ysl() + next_st * TILE * 4, ty + (i64)t.y * TILE * 4, TILE * 4, landed);
         }
         ++next;
         if (++next_st == NSTAGES) next_st = 0;
-        if (++next_kc == nk) {
-            next_kc = 0;
-            if (next < items) { ++next_k; np = P[next_k]; nq = Q[next_k]; }
-        }
+        if (++next_kc == nk) { next_kc = 0; ++next_k; }
     }
-    __device__ __forceinline__ const unsigned char* a(int st) const { return aslots + ((aslot >> (2 * st)) & 3u) * M::SLOT; }
-    __device__ __forceinline__ const unsigned char* b(int st) const { return bslots + st * M::SLOT; }
+    // the A slot of the item in stage st, once its copies landed
+    __device__ __forceinline__ int slot(int st) const { return slots()[st]; }
+    // what the visit of pair k (from first) reads, its last chunk staged in stage st, its A in `slot`
+    __device__ __forceinline__ Staged staged(int k, int st, int slot) const {
+        return Staged{pairs()[k], ysl() + st * TILE * 4, xsl() + slot * TILE * 4};
+    }
 };
 
-template <typename M, typename Acc, typename Visit>
-__device__ __forceinline__ void tile_products_bulk(const void* mapA, const void* mapB, int rowbytes,
-                                                   const i64* __restrict__ P, const i64* __restrict__ Q, i64 first,
-                                                   i64 end, Visit& visit) {
+template <typename M, typename Acc, bool ONE, typename Visit>
+__device__ __forceinline__ void tile_products_bulk(const void* mapA, const void* mapB, const void* tx, const void* ty,
+                                                   int rowbytes, const i64* __restrict__ P, const i64* __restrict__ Q,
+                                                   i64 first, i64 end, Visit& visit) {
     extern __shared__ __align__(16) unsigned char stages[];
     if (end <= first) return;
-    BulkStager<M> stage(M::base(stages), stages + WG_STAGES, mapA, mapB, rowbytes, P, Q, first, end);
+    BulkStager<M, ONE> stage(stages + WG_STAGES, mapA, mapB, tx, ty, rowbytes, P, Q, first, end);
     Acc acc[64];
 #pragma unroll
     for (int s = 0; s < NSTAGES; ++s) stage.stage_next(threadIdx.x == 0);
     const int lane = threadIdx.x & 31;
-    int st = 0, kc = 0;
+    // the descriptors' low words of slot 0 (this warpgroup's 64 rows) and stage 0: each slot, stage 16 KiB on
+    const unsigned da0 = wg_desc_lo(smem_at(stage.aslots()) + (threadIdx.x >> 7) * 64 * 128);
+    const unsigned db0 = wg_desc_lo(smem_at(stage.bslots()));
+    int st = 0, kc = 0, k = 0;  // item it's stage, chunk, and pair (from first)
     unsigned phase = 0;  // of item it's stage: flips each time the stages come round
-    i64 pair = first;
     for (int it = 0; it < stage.items; ++it) {
-        mbar_wait(stage.full + st, phase);
+        mbar_wait(stage.full() + st, phase);
         const bool last = kc == stage.nk - 1;
-        M::product(stage.a(st), stage.b(st), min(KB, rowbytes - kc * KB), kc == 0, acc);
-        if (last) visit.prefetch(pair);  // while the products are formed
+        const int slot = stage.slot(st);
+        M::product(da0 + slot * (M::SLOT >> 4), db0 + st * (M::SLOT >> 4), kc == 0, acc);
         M::settle(acc);
+        // the test reads the stage's thresholds before this warp counts itself out of the stage, and so does the
+        // list where it can (Visit::LIST_IN_STAGE; the column thresholds from global memory held a listing warp
+        // ~600 cycles), else it reads them from global memory after
+        unsigned hit = 0u;
+        if (last) {
+            const Staged at = stage.staged(k, st, slot);
+            hit = visit.test(at, acc);
+            if constexpr (Visit::LIST_IN_STAGE) visit.list(first + k, static_cast<const Acc*>(at.ys), acc, hit);
+        }
         __syncwarp();
         bool issue = false;
-        if (lane == 0) issue = count_out(stage.out + st) % (THREADS / 32) == THREADS / 32 - 1;
+        if (lane == 0) issue = count_out(stage.out() + st) % (THREADS / 32) == THREADS / 32 - 1;
         stage.stage_next(issue);  // item it + NSTAGES, into stage st
-        if (last) visit(pair, acc);
+        if constexpr (!Visit::LIST_IN_STAGE)
+            if (last) visit.list(first + k, visit.column_thresholds(), acc, hit);
         if (++st == NSTAGES) { st = 0; phase ^= 1u; }
-        if (++kc == stage.nk) { kc = 0; ++pair; }
+        if (++kc == stage.nk) { kc = 0; ++k; }
     }
 }
 #endif
 
-// The tile products of pairs first .. end - 1 of (P, Q), one after another, each handed to visit(k, acc), after
-// visit.prefetch(k) while the products are formed (a Visit provides both):
-// items staged NSTAGES deep, so that the copies of the next two are in flight while this item's products and
-// the last pair's visit run.
+// The tile products of pairs first .. end - 1 of (P, Q), one after another, each handed to the visit: hit =
+// visit.test(what it reads: Staged, acc), then visit.list(k, the column thresholds, acc, hit) (a Visit provides
+// both, LIST_IN_STAGE and column_thresholds): items staged NSTAGES deep, so that the copies of the next two are in
+// flight while this item's products and the last pair's visit run.  tx, ty: the row and column thresholds (4
+// bytes a row, 16-byte aligned, padded to whole tiles), or null where the visit reads none.
 template <typename M, typename Acc, typename Visit>
 __device__ __forceinline__ void tile_products(const unsigned char* __restrict__ X, const unsigned char* __restrict__ Y,
-                                              int rowbytes, const i64* __restrict__ P, const i64* __restrict__ Q,
+                                              const void* tx, const void* ty, int rowbytes,
+                                              const i64* __restrict__ P, const i64* __restrict__ Q,
                                               i64 first, i64 end, Visit& visit) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     if constexpr (M::BULK) {  // X and Y are the rows' tensor maps
-        tile_products_bulk<M, Acc>(X, Y, rowbytes, P, Q, first, end, visit);
+        // whole rows in one chunk (d <= 128 int8, <= 64 fp16) compiled apart: the chunk counters fold away
+        if (rowbytes <= KB) tile_products_bulk<M, Acc, true>(X, Y, tx, ty, rowbytes, P, Q, first, end, visit);
+        else tile_products_bulk<M, Acc, false>(X, Y, tx, ty, rowbytes, P, Q, first, end, visit);
     } else  // (so the cp.async stager is not compiled for the bulk form)
 #endif
     {
@@ -462,9 +540,12 @@ __device__ __forceinline__ void tile_products(const unsigned char* __restrict__ 
             stage.stage_next();
             const bool last = kc == stage.nk - 1;
             M::product(stage.a(st), stage.b(st), min(KB, rowbytes - kc * KB), kc == 0, acc);
-            if (last) visit.prefetch(pair);  // while the products are formed
             M::settle(acc);
-            if (last) visit(pair, acc);
+            if (last) {
+                const int tp = (int)P[pair], tq = (int)Q[pair];
+                const Acc* const ys = static_cast<const Acc*>(ty) + (i64)tq * TILE;
+                visit.list(pair, ys, acc, visit.test(Staged{make_int2(tp, tq), ys, static_cast<const Acc*>(tx) + (i64)tp * TILE}, acc));
+            }
             if (++st == NSTAGES) st = 0;
             if (++kc == stage.nk) { kc = 0; ++pair; }
         }
@@ -485,16 +566,13 @@ __device__ __forceinline__ float larger(float a, float b) { return fmaxf(a, b); 
 // row, tile pair) of every product that passes the test above to a candidate list.  The test is one subtraction and one maximum a
 // product: each thread takes the largest G - Y_b of each of its rows against the row's X_a, and only a warp
 // with a candidate goes on to find which products passed (the bound behind the thresholds, and why a
-// separable test: tc_quant.py).  The column thresholds are held through that test and read again, a
-// pair of adjacent columns at a time, to find the candidates (this order, row by row, then column pairs,
-// is the one that needs no spills).  Candidates past `capacity` are counted, not written: the driver then reruns the range with room for all.  The
+// separable test: tc_quant.py).  The column thresholds are read as the test uses them and again, a pair of
+// adjacent columns at a time, to find the candidates (test, then list).  Candidates past `capacity` are counted, not
+// written: the driver then reruns the range with room for all.  The
 // float64 decisions run in a second kernel (brute_tc_exact_*), at full occupancy, where this one holds 64
 // accumulators per thread.
 template <typename M, typename Acc>
 struct Filter {
-    const i64* __restrict__ P;
-    const i64* __restrict__ Q;
-    const Acc* __restrict__ tx;
     const Acc* __restrict__ ty;
     int selfjoin, pair_base;
     unsigned long long* __restrict__ cand_counter;
@@ -502,12 +580,26 @@ struct Filter {
     int2* __restrict__ cand;
     int* __restrict__ cand_pair;
 
-    // the pair's tile numbers and thresholds, loaded while its products are formed (tile_products)
-    i64 tp, tq;
-    Acc yb[M::C], x[M::R];
+    // the pair's tile numbers and row thresholds (test), for its list
+    int tp, tq;
+    Acc x[M::R];
+    // whether the list is made from the stage's column thresholds (tile_products_bulk): for int8's; fp16's test
+    // holds more registers (a rounded subtraction, then a maximum: two instructions a product where int8's take
+    // one), and listing from the stage made it spill
+    static constexpr bool LIST_IN_STAGE = Two<Acc>::INTEGER;
+    // the pair's column thresholds in global memory
+    __device__ __forceinline__ const Acc* column_thresholds() const { return ty + (i64)tq * TILE; }
     // M::GATHERED: the warp's gathered candidates (WARP_LIST at most: rows and columns, tile pairs) and their count
-    int2* gathered;
-    int* gathered_pair;
+    // (in shared memory after the stages, barriers, thresholds and tile pairs: each warp's rows and columns, then
+    // each warp's tile pairs; found from the warp's number at each use, not held in registers)
+    __device__ __forceinline__ static unsigned char* lists() {
+        extern __shared__ __align__(16) unsigned char stages[];
+        return stages + WG_STAGES + WG_BARRIERS + WG_THRESHOLDS + WG_PAIRS;
+    }
+    __device__ __forceinline__ static int2* gathered() { return reinterpret_cast<int2*>(lists()) + (threadIdx.x >> 5) * WARP_LIST; }
+    __device__ __forceinline__ static int* gathered_pair() {
+        return reinterpret_cast<int*>(lists() + (THREADS / 32) * WARP_LIST * 8) + (threadIdx.x >> 5) * WARP_LIST;
+    }
     int gathered_n = 0;
 
     // the warp's gathered candidates appended to the list (one atomic): called by every lane of the warp
@@ -518,69 +610,100 @@ struct Filter {
         base = __shfl_sync(0xffffffffu, base, 0);
         for (int k = lane; k < gathered_n; k += 32)
             if ((i64)(base + k) < capacity) {
-                cand[base + k] = gathered[k];
-                if (cand_pair) cand_pair[base + k] = gathered_pair[k];
+                cand[base + k] = gathered()[k];
+                if (cand_pair) cand_pair[base + k] = gathered_pair()[k];
             }
         __syncwarp();
         gathered_n = 0;
     }
 
-    __device__ __forceinline__ void prefetch(i64 pair) {
-        tp = P[pair];
-        tq = Q[pair];
+    // The test of every product of this thread against its row's threshold, reading the pair's thresholds at `at`
+    // (Staged): bit r of the result, row r has a product that passes.  The column thresholds are read as they are
+    // used, two adjacent columns a load where M::PAIRED, not held through the products (32 registers a thread).
+    __device__ __forceinline__ unsigned test(const Staged& at, const Acc* acc) {
+        tp = at.tiles.x;
+        tq = at.tiles.y;
         const int lane = threadIdx.x & 31;
-        const Acc* const xr = tx + tp * TILE + M::row0() + (lane >> 2);  // row r's threshold at xr[row_off(r)]
-        const Acc* const yc = ty + tq * TILE + M::col0() + 2 * (lane & 3);  // column c's at yc[col_off(c)]
-        if constexpr (M::PAIRED) {
-#pragma unroll
-            for (int p = 0; p < M::C / 2; ++p) {  // columns 2p, 2p + 1 are adjacent: one 8-byte load (ty is aligned)
-                const typename Two<Acc>::type y = *reinterpret_cast<const typename Two<Acc>::type*>(yc + col_off(2 * p));
-                yb[2 * p] = y.x;
-                yb[2 * p + 1] = y.y;
-            }
-        } else {
-#pragma unroll
-            for (int c = 0; c < M::C; ++c) yb[c] = yc[col_off(c)];
-        }
+        // row r's threshold at xr[row_off(r)], column c's at yc[col_off(c)]
+        const Acc* const xr = static_cast<const Acc*>(at.xs) + M::row0() + (lane >> 2);
+        const Acc* const yc = static_cast<const Acc*>(at.ys) + M::col0() + 2 * (lane & 3);
 #pragma unroll
         for (int r = 0; r < M::R; ++r) x[r] = xr[row_off(r)];
+        // four independent running maxima a row: one chain of C dependent instructions left the warps waiting
+        Acc top[M::R][4];
+#pragma unroll
+        for (int p = 0; p < M::C / 2; ++p) {  // columns 2p, 2p + 1: col_off 8p and 8p + 1
+            Acc y0, y1;
+            if constexpr (M::PAIRED) {
+                const typename Two<Acc>::type y = *reinterpret_cast<const typename Two<Acc>::type*>(yc + col_off(2 * p));
+                y0 = y.x;
+                y1 = y.y;
+            } else {
+                y0 = yc[col_off(2 * p)];
+                y1 = yc[col_off(2 * p + 1)];
+            }
+#pragma unroll
+            for (int r = 0; r < M::R; ++r) {
+                const Acc o0 = over(acc[acc_at<M>(r, 2 * p)], y0), o1 = over(acc[acc_at<M>(r, 2 * p + 1)], y1);
+                const int c0 = (2 * p) & 3, c1 = (2 * p + 1) & 3;
+                top[r][c0] = p < 2 ? o0 : larger(top[r][c0], o0);
+                top[r][c1] = p < 2 ? o1 : larger(top[r][c1], o1);
+            }
+        }
+        unsigned hit = 0;
+#pragma unroll
+        for (int r = 0; r < M::R; ++r)
+            hit |= (unsigned)(larger(larger(top[r][0], top[r][1]), larger(top[r][2], top[r][3])) >= x[r]) << r;
+        return hit;
     }
 
-    __device__ __forceinline__ void operator()(i64 pair, Acc* acc) {
+    // The candidates of a pair whose test found any (hit: test's result) listed: only the rows that passed are
+    // tested product by product.
+    __device__ __forceinline__ void list(i64 pair, const Acc* ys, const Acc* acc, unsigned hit) {
     const int lane = threadIdx.x & 31;
     const int r0 = M::row0() + (lane >> 2), c0 = M::col0() + 2 * (lane & 3);  // tile row, column of (0, 0)
-    unsigned hit = 0;  // bit r: row r has a product that passes
-#pragma unroll
-    for (int r = 0; r < M::R; ++r) {
-        // four independent running maxima a row: one chain of C dependent instructions left the warps waiting
-        Acc top[4];
-#pragma unroll
-        for (int c = 0; c < 4; ++c) top[c] = over(acc[acc_at<M>(r, c)], yb[c]);
-#pragma unroll
-        for (int c = 4; c < M::C; ++c) top[c & 3] = larger(top[c & 3], over(acc[acc_at<M>(r, c)], yb[c]));
-        hit |= (unsigned)(larger(larger(top[0], top[1]), larger(top[2], top[3])) >= x[r]) << r;
-    }
     if (!__any_sync(0xffffffffu, hit != 0)) return;
     unsigned long long keep = 0ULL;  // bit r C + c: product (r, c) is a candidate
-    // only the rows that passed are tested product by product, the column thresholds read again two at a time
-    // (held through the test above they left too few registers: spills)
-    const Acc* const yc = ty + tq * TILE + c0;
+    // the column thresholds read again, two at a time, from ys (the pair's 128: the stage's, where the list is made
+    // before the warp counts itself out of the stage, else global memory's)
+    const Acc* const yc = ys + c0;
 #pragma unroll
     for (int r = 0; r < M::R; ++r)
         if ((hit >> r) & 1u) {
+            if constexpr (Two<Acc>::INTEGER) {
+                // G - Y_b - X_a's sign bits shifted in, last column first (one three-way addition and one funnel
+                // shift a product).  A row that passed is no padding row (X_a = INT8_BEYOND = 2^30 is never
+                // reached: G - Y_b <= 2^28 + 2^29), so -2^29 <= X_a <= 2^28, -2^29 <= Y_b <= 2^30 and |G| <= 2^28
+                // (tc_quant.thresholds): G - Y_b - X_a lies in [-(2^30 + 2^29), 2^30 + 2^28], inside int32, and its
+                // sign is exactly the test's
+                unsigned fails = 0u;
 #pragma unroll
-            for (int p = 0; p < M::C / 2; ++p) {
-                const typename Two<Acc>::type y = *reinterpret_cast<const typename Two<Acc>::type*>(yc + 8 * p);
-                if (over(acc[acc_at<M>(r, 2 * p)], y.x) >= x[r]) keep |= 1ULL << (r * M::C + 2 * p);
-                if (over(acc[acc_at<M>(r, 2 * p + 1)], y.y) >= x[r]) keep |= 1ULL << (r * M::C + 2 * p + 1);
+                for (int p = M::C / 2 - 1; p >= 0; --p) {
+                    const typename Two<Acc>::type y = *reinterpret_cast<const typename Two<Acc>::type*>(yc + 8 * p);
+                    fails = __funnelshift_l(acc[acc_at<M>(r, 2 * p + 1)] - y.y - x[r], fails, 1);
+                    fails = __funnelshift_l(acc[acc_at<M>(r, 2 * p)] - y.x - x[r], fails, 1);
+                }
+                keep |= (unsigned long long)(~fails & (unsigned)low_bits(M::C)) << (r * M::C);
+            } else {
+#pragma unroll
+                for (int p = 0; p < M::C / 2; ++p) {
+                    const typename Two<Acc>::type y = *reinterpret_cast<const typename Two<Acc>::type*>(yc + 8 * p);
+                    if (over(acc[acc_at<M>(r, 2 * p)], y.x) >= x[r]) keep |= 1ULL << (r * M::C + 2 * p);
+                    if (over(acc[acc_at<M>(r, 2 * p + 1)], y.y) >= x[r]) keep |= 1ULL << (r * M::C + 2 * p + 1);
+                }
             }
         }
     if (selfjoin && tp == tq) {  // a tile with itself: each pair once, column above row
+        // row r's columns c = 2p + b (tile column c0 + 8p + b) on or left of the diagonal: 8p + b <= D, i.e. the even
+        // bits below 2 n0 and the odd bits below 2 n1 (computed, not tested column by column: 64 compares of hoisted
+        // column numbers left too few registers)
 #pragma unroll
-        for (int r = 0; r < M::R; ++r)
-#pragma unroll
-            for (int c = 0; c < M::C; ++c)
-                if (c0 + col_off(c) <= r0 + row_off(r)) keep &= ~(1ULL << (r * M::C + c));
+        for (int r = 0; r < M::R; ++r) {
+            const int D = r0 + row_off(r) - c0;
+            const int n0 = D < 0 ? 0 : min(M::C / 2, (D >> 3) + 1), n1 = D < 1 ? 0 : min(M::C / 2, ((D - 1) >> 3) + 1);
+            const unsigned long long below = (0x5555555555555555ULL & low_bits(2 * n0)) | (0xAAAAAAAAAAAAAAAAULL & low_bits(2 * n1));
+            keep &= ~((below & low_bits(M::C)) << (r * M::C));
+        }
     }
     // each lane writes its own candidates after the lanes before it: to the warp's gathered list where they fit
     // (an atomic on the list's one counter for every warp that found any had each wait for it), else to the list
@@ -601,8 +724,8 @@ struct Filter {
                 const int bit = __ffsll((long long)keep) - 1;
                 keep &= keep - 1;
                 const int r = bit / M::C, c = bit % M::C;
-                gathered[k] = make_int2((int)(tp * TILE + r0 + row_off(r)), (int)(tq * TILE + c0 + col_off(c)));
-                if (cand_pair) gathered_pair[k] = pair_base + (int)pair;
+                gathered()[k] = make_int2(tp * TILE + r0 + row_off(r), tq * TILE + c0 + col_off(c));
+                if (cand_pair) gathered_pair()[k] = pair_base + (int)pair;
             }
             gathered_n += total;
             __syncwarp();
@@ -617,7 +740,7 @@ struct Filter {
         keep &= keep - 1;
         if ((i64)base < capacity) {
             const int r = bit / M::C, c = bit % M::C;
-            cand[base] = make_int2((int)(tp * TILE + r0 + row_off(r)), (int)(tq * TILE + c0 + col_off(c)));
+            cand[base] = make_int2(tp * TILE + r0 + row_off(r), tq * TILE + c0 + col_off(c));
             if (cand_pair) cand_pair[base] = pair_base + (int)pair;
         }
         ++base;
@@ -635,15 +758,9 @@ struct Filter {
 template <typename M, typename Acc>
 __device__ __forceinline__ void filter_range(FILTER_ARGS(Acc)) {
     extern __shared__ __align__(16) unsigned char stages[];
-    Filter<M, Acc> visit{P, Q, tx, ty, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair};
-    if constexpr (M::GATHERED) {  // after the stages: each warp's rows and columns, then each warp's tile pairs
-        const int warp = threadIdx.x >> 5;
-        unsigned char* const lists = stages + WG_STAGES + WG_BARRIERS;
-        visit.gathered = reinterpret_cast<int2*>(lists) + warp * WARP_LIST;
-        visit.gathered_pair = reinterpret_cast<int*>(lists + (THREADS / 32) * WARP_LIST * 8) + warp * WARP_LIST;
-    }
+    Filter<M, Acc> visit{ty, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair};
     const i64 first = blockIdx.x * (i64)PAIRS_PER_BLOCK;
-    tile_products<M, Acc>(X, Y, rowbytes, P, Q, first, min(first + (i64)PAIRS_PER_BLOCK, npairs), visit);
+    tile_products<M, Acc>(X, Y, tx, ty, rowbytes, P, Q, first, min(first + (i64)PAIRS_PER_BLOCK, npairs), visit);
     if constexpr (M::GATHERED) visit.flush();
 }
 #define FILTER_PASS X, Y, rowbytes, P, Q, npairs, tx, ty, selfjoin, pair_base, cand_counter, capacity, cand, cand_pair
@@ -705,8 +822,10 @@ extern "C" __global__ void brute_tc_exact_f32(DECIDE_ARGS(float)) { decide<float
 template <typename M, typename Acc>
 struct ProductsOut {
     double* out;
-    __device__ __forceinline__ void prefetch(i64) {}
-    __device__ __forceinline__ void operator()(i64 pair, Acc* acc) {
+    __device__ __forceinline__ unsigned test(const Staged&, const Acc*) { return 0u; }
+    static constexpr bool LIST_IN_STAGE = true;
+    __device__ __forceinline__ const Acc* column_thresholds() const { return nullptr; }
+    __device__ __forceinline__ void list(i64 pair, const Acc*, const Acc* acc, unsigned) {
         const int lane = threadIdx.x & 31;
         const int r0 = M::row0() + (lane >> 2), c0 = M::col0() + 2 * (lane & 3);
         double* o = out + pair * TILE * TILE;
@@ -723,7 +842,7 @@ template <typename M, typename Acc>
 __device__ __forceinline__ void products_out(const unsigned char* X, const unsigned char* Y, int rowbytes,
                                              const i64* P, const i64* Q, double* out) {
     ProductsOut<M, Acc> visit{out};
-    tile_products<M, Acc>(X, Y, rowbytes, P, Q, (i64)blockIdx.x, (i64)blockIdx.x + 1, visit);
+    tile_products<M, Acc>(X, Y, nullptr, nullptr, rowbytes, P, Q, (i64)blockIdx.x, (i64)blockIdx.x + 1, visit);
 }
 
 #define PRODUCTS_ARGS const unsigned char* X, const unsigned char* Y, int rowbytes, const i64* P, const i64* Q, \
