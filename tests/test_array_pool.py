@@ -200,10 +200,12 @@ def test_free_blocks_go_once_the_pool_is_idle(monkeypatch):
 
     monkeypatch.setattr(array_pool, "IDLE_S", 0.3)
     pool = ArrayPool(1 << 30)
+    lent = time.monotonic()
     a = pool.empty(BIG, np.int64)
-    del a
-    gc.collect()
-    assert pool.free_bytes == BIG * 8
+    del a  # (the block returns at once: its lease's last reference is gone)
+    free = pool.free_bytes
+    if time.monotonic() - lent < array_pool.IDLE_S:  # (a loaded machine may have let the sweeper in already)
+        assert free == BIG * 8
     deadline = time.monotonic() + 10
     while pool.free_bytes and time.monotonic() < deadline:
         time.sleep(0.05)
