@@ -165,20 +165,20 @@ struct MmaSync {
     "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "  \
     "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
-// d (+)= A B^T of 64 rows of A and 128 of B, 32 bytes of each (k32 int8, k16 fp16), both K-major in shared
-// memory behind descriptors; `add` 0 starts a fresh sum
 // A shared-memory matrix descriptor: rows of 128 bytes in the 128-byte swizzle (mode 1, bits 62-63), 8-row
 // groups 1,024 bytes apart (stride offset, bits 32-45); the leading offset (bits 16-29) is set to 1 and ignored
-// by this layout.  `addr`: a tile's first row, a multiple of 1,024 (the k-steps advance the descriptor itself).
-// The descriptor's high word (stride offset and swizzle mode) and its low word (address and leading offset).
+// by this layout.  Its high word is the same for every tile (WG_DESC_HI); its low word holds the address of a
+// tile's first row, a multiple of 1,024 (the k-steps advance it).  The kernels pass low words only: 32-bit
+// arithmetic is all the slots and k-steps need, and 64-bit descriptors cost ~40 instructions a tile pair.
 #define WG_DESC_HI 0x40000040  // (1024 >> 4) | (1 << 30)
 __device__ __forceinline__ unsigned wg_desc_lo(unsigned addr) { return ((addr & 0x3FFFFu) >> 4) | (1u << 16); }
-// (the descriptors given by their low words, wg_desc_lo: the high word is the same for every tile, and 32-bit
-// arithmetic on the low words is what the k-steps need; 64-bit descriptors cost ~40 instructions a tile pair)
 #define WG_STR(x) #x
 #define WG_XSTR(x) WG_STR(x)
 #define WG_DESCS ".reg .b32 hi;\n.reg .b64 da, db;\nmov.b32 hi, " WG_XSTR(WG_DESC_HI) ";\nmov.b64 da, {%64, hi};\n" \
     "mov.b64 db, {%65, hi};\n"
+
+// d (+)= A B^T of 64 rows of A and 128 of B, 32 bytes of each (k32 int8, k16 fp16), both K-major in shared
+// memory behind descriptors (their low words alo, blo); `add` 0 starts a fresh sum
 __device__ __forceinline__ void wgmma_tile(int* d, unsigned alo, unsigned blo, int add) {
 #define D(x) "+r"(x)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" WG_DESCS
