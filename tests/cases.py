@@ -314,7 +314,8 @@ def build_cases() -> list[Case]:
     add("ulp_ladder_d1_f64", np.array([[0.0], [-0.0]]), np.concatenate([vals, -vals])[:, None], 1.0)
     vals32 = (1.0 + ks * np.finfo(f32).eps).astype(f32)
     add("ulp_ladder_d1_f32", np.array([[0.0]], f32), np.concatenate([vals32, -vals32])[:, None], 1.0)
-    for d, dtype, name in [(3, f64, "f64"), (3, f32, "f32"), (8, f32, "f32"), (64, f32, "f32")]:
+    # (64 and 96: either side of within.WHOLE_ROWS, the CPU kernels' whole sum and early exit)
+    for d, dtype, name in [(3, f64, "f64"), (3, f32, "f32"), (8, f32, "f32"), (64, f32, "f32"), (96, f32, "f32")]:
         p, q = _near_eps_pairs(d, 150, seed=50 + d, dtype=dtype)
         add(f"near_eps_d{d}_{name}", _interleave(p, q), q[::-1].copy(), 1.0)
     p, q = _near_eps_pairs(8, 150, seed=60, dtype=f32, offset=1e3)
@@ -323,7 +324,7 @@ def build_cases() -> list[Case]:
     add("near_eps_offset1e6_d2_f64", _interleave(p, q), q.copy(), 0.01)
 
     # ---- verdict depends on summation order ----------------------------------------------
-    for d in (3, 8, 64):
+    for d in (3, 8, 64, 96):
         p, q = _order_sensitive_pairs(d, 40, seed=70 + d)
         add(f"summation_order_d{d}_f64", _interleave(p, q), q.copy(), 1.0)
 

@@ -11,7 +11,7 @@ import numba
 import numpy as np
 
 from .exact import eps_squared
-from .within import within
+from .within import WHOLE_ROWS, decide
 from .memory import pair_buffers
 from .parallel_guard import serialised
 from .registry import bounded_ranges, split_batch
@@ -23,12 +23,13 @@ TILE = 256
 def _tile(a, b, selfjoin, eps2, r0, r1, fill, counts, base, oi, oj, od):
     """Rows [r0, r1) of a against all of b (only later rows when selfjoin)."""
     nb = b.shape[0]
+    whole = a.shape[1] <= WHOLE_ROWS
     for t0 in range(r0 if selfjoin else 0, nb, TILE):
         t1 = min(t0 + TILE, nb)
         for r in range(r0, r1):
             lo = max(t0, r + 1) if selfjoin else t0
             for c in range(lo, t1):
-                d2 = within(a, r, b, c, eps2)
+                d2 = decide(a, r, b, c, eps2, whole)
                 if d2 >= 0.0:
                     if fill:
                         at = base[r]

@@ -9,7 +9,7 @@ with products g = a~.b~, norms N = |a~| + |b~| (each with its floor) and ``R = s
 
 (float64 arithmetic on the float32 values; c1, c2 of :func:`~.exact.error_constants`) has a distance over R,
 so its float64 decision value is over eps2: it is not a pair (the proof, term by term, is :mod:`.knn_gemm`'s
-module docstring, with its ``root`` = eps2).  Every other pair is decided by :func:`~.within.within` from the
+module docstring, with its ``root`` = eps2).  Every other pair is decided by :func:`~.within.decide` from the
 stored rows, as by the nested loop, and each row's pairs come in the same order (ascending columns), so the
 output arrays are the nested loop's, byte for byte.  Pairs and bounded batches come from one pass over the
 products (each block of rows gathers its own: :meth:`GemmBruteJoin._gathered`), a count from a pass of its own.  N is taken at its largest over a tile's columns, which
@@ -31,7 +31,7 @@ from .exact import error_constants
 from .knn_gemm import ROOT_GROW, Shifted
 from .memory import pair_buffers
 from .registry import bounded_ranges, split_batch
-from .within import within
+from .within import WHOLE_ROWS, decide
 
 #: the GEMM filter from this many dimensions up (``filter="auto"``); below, a direct test of a pair costs
 #: about its share of the products (``benchmarks/bench_cpu_gemm.py``, 20k rows, 2 cores, session 24: at 2-d the
@@ -58,6 +58,7 @@ def _screen(g, r0, c0, selfjoin, an2, anorm, bn2, bmax, c1, c2, reach0, a, b, ep
     Serial and without the GIL: threads run it on blocks of rows of their own."""
     rows, cols = g.shape
     room = oi.shape[0]
+    whole = a.shape[1] <= WHOLE_ROWS
     for t in range(rows):
         r = r0 + t
         lo = max(0, r + 1 - c0) if selfjoin else 0
@@ -68,7 +69,7 @@ def _screen(g, r0, c0, selfjoin, an2, anorm, bn2, bmax, c1, c2, reach0, a, b, ep
             if np.float64(bn2[c0 + k]) - 2.0 * np.float64(g[t, k]) > thr:
                 continue
             decided[r] += 1
-            d2 = within(a, r, b, c0 + k, eps2)
+            d2 = decide(a, r, b, c0 + k, eps2, whole)
             if not d2 >= 0.0:  # as the nested loop keeps a pair: d2 >= 0 (NaN never passes either way)
                 continue
             if mode == FILL:

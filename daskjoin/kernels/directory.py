@@ -19,7 +19,7 @@ import numpy as np
 from .directory_index import (FANOUT, GROUP, LEVELS, check_shape, directory_dims, fractionated_order, group_boxes, node_boxes,
                               principal_axes, rotated_limit)
 from .exact import eps_squared
-from .within import within
+from .within import WHOLE_ROWS, decide
 from .memory import pair_buffers
 from .parallel_guard import serialised
 from .registry import bounded_ranges, split_batch
@@ -82,6 +82,7 @@ def _group(g, group, q, qb, qids, x, xids, leaf_start, los, his, fanout, selfjoi
     u1 = min(m, u0 + group)
     nleaf = _group_leaves(qb[0], qb[1], g, los, his, fanout, limit, leaves)
     lo_leaf, hi_leaf = los[len(los) - 1], his[len(his) - 1]
+    whole = q.shape[1] <= WHOLE_ROWS
     for u in range(u0, u1):
         at = offsets[u] - base if fill == 1 else 0
         found = 0
@@ -98,7 +99,7 @@ def _group(g, group, q, qb, qids, x, xids, leaf_start, los, his, fanout, selfjoi
                 found += e - s
                 continue
             for v in range(s, e):
-                d2 = within(q, u, x, v, eps2)
+                d2 = decide(q, u, x, v, eps2, whole)
                 if d2 >= 0.0:
                     if fill == 1:
                         a, b = qids[u], xids[v]

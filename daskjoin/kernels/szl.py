@@ -46,7 +46,7 @@ import numba
 import numpy as np
 
 from .exact import eps_squared
-from .within import within
+from .within import WHOLE_ROWS, decide
 from .key_sort import sort_uint64, take
 from .memory import pair_buffers
 from .parallel_guard import serialised
@@ -281,6 +281,7 @@ def _walk(q, t, qrow, rows, copied, perm, picked, l, first, last, pos, selfjoin,
     their own order."""
     found = 0
     data = rows[l] if copied else rows[0]
+    whole = q.shape[1] <= WHOLE_ROWS
     for e in range(first, last):
         if selfjoin:
             if e == pos:
@@ -289,7 +290,7 @@ def _walk(q, t, qrow, rows, copied, perm, picked, l, first, last, pos, selfjoin,
             if other < l or (e < pos and other == l):
                 continue  # that row reports the pair
         y = perm[l, e]
-        s = within(q, t, data, e if copied else y, eps2)
+        s = decide(q, t, data, e if copied else y, eps2, whole)
         if s >= 0.0:
             if fill:
                 if selfjoin:
