@@ -29,6 +29,7 @@ EXAMPLES = {
     "synth": "daskjoin synth uniform --n 1000000 --d 2 --seed 0 points.zarr",
     "import": "daskjoin import points.csv points.zarr",
     "info": "daskjoin info\n  daskjoin info --scheduler tcp://10.0.0.5:8786 --json",
+    "warm": "daskjoin warm\n  NUMBA_CACHE_DIR=/var/cache/daskjoin daskjoin warm --no-gpu",
 }
 
 #: Modules whose ``add_commands(sub, command)`` adds subcommands (skipped while not present).
@@ -136,6 +137,11 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("--scheduler", default=None, help="address of a Dask scheduler whose workers to describe")
     info.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for --scheduler (default: 10)")
     info.add_argument("--json", action="store_true", help="machine-readable output")
+
+    warm = command("warm", "Compile the kernels once into their on-disk caches (after installing), so that the "
+                   "first join of a new process does not pay for it.", handler=_warm)
+    warm.add_argument("--no-gpu", action="store_true",
+                      help="the CPU kernels only (default: also the GPU's, where CuPy sees one)")
 
     for name in EXTENSIONS:
         if importlib.util.find_spec(name) is not None:
@@ -360,6 +366,13 @@ def _import(args) -> int:
     start = time.perf_counter()
     info = import_points(args.src, args.out, chunk_rows=args.chunk_rows, overwrite=args.overwrite, columns=columns)
     print(f"imported {info['rows']:,} × {info['d']} ({info['dtype']}) into {info['path']} in {time.perf_counter() - start:.2f} s")
+    return 0
+
+
+def _warm(args) -> int:
+    from .warm import warm
+
+    warm(gpu=not args.no_gpu)
     return 0
 
 

@@ -268,6 +268,9 @@ def test_dockerfiles_bases_and_extras():
     assert '".[gpu]"' in gpu and re.search(r"^FROM runtime AS notebook$", gpu, re.M)
     for text in (cpu, gpu):
         assert "-c constraints.txt" in text and re.search(r"^USER dask$", text, re.M)
+    for text in (cpu, gpu):  # the kernels compiled into a cache the worker user owns (daskjoin warm)
+        assert re.search(r"^ENV NUMBA_CACHE_DIR=/home/dask/\S+$", text, re.M)
+        assert text.index("\nUSER dask\n") < text.index("\nENV NUMBA_CACHE_DIR=") < text.index("\nRUN daskjoin warm")
     pins = (ROOT / "deploy" / "docker" / "constraints.txt").read_text()
     assert re.search(r"^dask==\S+$", pins, re.M) and re.search(r"^distributed==\S+$", pins, re.M)
 
