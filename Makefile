@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
-	# compile the kernels into their caches once (80 s on 2 cores), so that neither the demo's first join
+	# compile the kernels into their caches once (70 s on 2 cores), so that neither the demo's first join
 	# nor each test process pays for it
 	$(BIN)/daskjoin warm
 	touch $(STAMP)

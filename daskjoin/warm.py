@@ -8,7 +8,8 @@ shows its real speed.
 
 It runs joins of every kind through the public API in this process, sized to take the paths large
 joins take (the grid's estimate and single pass, the two-pass sort of a large output, the brute
-filter's tiles), over float32 and float64 rows, with and without distances. With ``gpu=True`` and a
+filter's tiles), over float32 and float64 rows, with and without distances: the ε-, kNN- and set
+joins each in a process of their own. With ``gpu=True`` and a
 visible GPU the same joins also run there, which compiles the CUDA modules they use (NVRTC; CuPy
 and :mod:`daskjoin.kernels.gpu_common` keep them on disk).
 
@@ -17,6 +18,7 @@ of a different CPU is compiled again there (correctly, only not ahead of time).
 """
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -78,9 +80,26 @@ def _set_joins(rng, backend: str) -> int:
     return 2
 
 
-def warm(gpu: bool = False, log=print) -> dict:
-    """Run the joins above (on the CPU; with ``gpu`` also on the GPU where one is visible); returns
-    ``{backend: (joins run, seconds)}``."""
+#: the parts, each run in a process of its own where ``parallel`` (they compile different functions: on the 2-core
+#: VM 82 s one after another, ~55 s at once)
+PARTS = ("eps", "knn", "sets")
+
+
+def run_part(part: str, backend: str) -> tuple[int, float]:
+    """The joins of one part on one backend, both row types (sets: no rows): (joins run, seconds)."""
+    start = time.perf_counter()
+    rng = np.random.default_rng(0)
+    if part == "sets":
+        joins = _set_joins(rng, backend)
+    else:
+        fn = _eps_joins if part == "eps" else _knn_joins
+        joins = sum(fn(rng, backend, dtype) for dtype in (np.float32, np.float64))
+    return joins, time.perf_counter() - start
+
+
+def warm(gpu: bool = False, log=print, parallel: bool = True) -> dict:
+    """Run the joins of every part (on the CPU; with ``gpu`` also on the GPU where one is visible), each part in a
+    process of its own where ``parallel``, up to one a core; returns ``{backend: (joins run, seconds)}``."""
     backends = ["cpu"]
     if gpu:
         from .kernels.gpu_common import gpu_available
@@ -90,15 +109,26 @@ def warm(gpu: bool = False, log=print) -> dict:
         else:
             log("daskjoin warm: no GPU visible here; the GPU kernels compile on a GPU worker's first join")
     done = {}
-    rng = np.random.default_rng(0)
     for backend in backends:
         start = time.perf_counter()
         joins = 0
-        for dtype in (np.float32, np.float64):
-            joins += _eps_joins(rng, backend, dtype)
-            joins += _knn_joins(rng, backend, dtype)
-            log(f"daskjoin warm: {backend} {np.dtype(dtype).name} done ({time.perf_counter() - start:.1f} s)")
-        joins += _set_joins(rng, backend)
+        if parallel:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            # spawned, not forked: a forked child of a process that used CUDA or Numba's threads may hang
+            workers = max(1, min(len(PARTS), os.cpu_count() or 1))
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                futures = {pool.submit(run_part, part, backend): part for part in PARTS}
+                for future in as_completed(futures):
+                    n, seconds = future.result()
+                    joins += n
+                    log(f"daskjoin warm: {backend} {futures[future]} joins done ({seconds:.1f} s)")
+        else:
+            for part in PARTS:
+                n, seconds = run_part(part, backend)
+                joins += n
+                log(f"daskjoin warm: {backend} {part} joins done ({seconds:.1f} s)")
         done[backend] = (joins, time.perf_counter() - start)
         log(f"daskjoin warm: {backend} kernels compiled and cached: {joins} joins in {done[backend][1]:.1f} s")
     return done

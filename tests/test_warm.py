@@ -17,7 +17,7 @@ def test_warm_runs_every_join_kind_on_the_cpu(monkeypatch):
     monkeypatch.setattr(warm_module, "LOW_ROWS", 20_000)
     monkeypatch.setattr(warm_module, "HIGH_ROWS", 5_000)
     lines = []
-    done = warm_module.warm(gpu=False, log=lines.append)
+    done = warm_module.warm(gpu=False, log=lines.append, parallel=False)  # (the sizes patched here: this process)
     eps_joins, knn_joins, set_joins = 3 * 2 * 3, 3 * 2, 2  # (sizes x self/AxB x outputs, dims x self/AxB) a dtype
     assert set(done) == {"cpu"} and done["cpu"][0] == 2 * (eps_joins + knn_joins) + set_joins
     assert lines[-1].startswith(f"daskjoin warm: cpu kernels compiled and cached: {done['cpu'][0]} joins")
