@@ -7,7 +7,8 @@ What runs (each CLI step a new process, as a user types it):
 2. ``daskjoin join STORE --eps E --count`` and ``--out pairs.parquet`` (a new output path each run),
    each on a fresh copy of the store (no cached statistics or sorted copy): first with empty kernel-compile caches
    (``NUMBA_CACHE_DIR``, ``CUPY_CACHE_DIR`` pointed at new folders: *cold*), then again with the
-   caches those runs filled (*warm*, the best of ``--repeat`` runs).  The row count of ``_SUCCESS`` must
+   caches those runs filled (*warm*, the best of ``--repeat`` runs); then ``daskjoin warm`` into new empty
+   caches, as after an install, and the first run of each after it.  The row count of ``_SUCCESS`` must
    equal the count.
 3. The notebook path in a new process: ``dj.similarity_join(x, eps=eps).compute()`` with ``x`` a
    numpy array (``--nb-n`` × ``--nb-d``), with no client (daskjoin runs in the process) and with a
@@ -232,6 +233,8 @@ def main() -> int:
                    help="warm CLI runs of each kind and floor writes; the best of each is reported (default 3)")
     p.add_argument("--out-json", default=None)
     p.add_argument("--skip-notebook", action="store_true")
+    p.add_argument("--skip-warm-command", action="store_true",
+                   help="leave out `daskjoin warm` into empty caches and the first joins after it")
     p.add_argument("--skip-local-cluster", action="store_true")
     args = p.parse_args()
     if args.nb_repeat < 1 or args.repeat < 1:
@@ -252,7 +255,7 @@ def main() -> int:
         join = ["join", "--eps", repr(eps)]
         written = []  # (rows in _SUCCESS, bytes) of every --out run
 
-        def run_once(mode: str, label: str, k: int) -> dict:
+        def run_once(mode: str, label: str, k: int, env: dict = env) -> dict:
             store = fresh_copy(base, work, f"{mode}-{label}-{k}.zarr")
             # each --out run writes a new path, as a user writing a result does: with one path and --overwrite
             # every run after the first also deleted the last run's 2 GB at its commit (0.2 s on an H200 host,
@@ -278,6 +281,13 @@ def main() -> int:
                 best["walls_s"] = [got["wall_s"] for got in runs]
                 best["join_walls_s"] = [got["timings"]["join_s"] for got in runs]
                 result[f"{mode}_{label}"] = best
+        if not args.skip_warm_command:
+            # a new install that ran `daskjoin warm` once (into empty caches), then its first join of each mode
+            warmed = dict(env, NUMBA_CACHE_DIR=os.path.join(work, "numba-cache-warmed"),
+                          CUPY_CACHE_DIR=os.path.join(work, "cupy-cache-warmed"))
+            result["warm_command"] = run([sys.executable, "-m", "daskjoin", "warm"], warmed, "warm")
+            for mode in ("count", "out"):
+                result[f"{mode}_after_warm"] = run_once(mode, "after-warm", 0, warmed)
         counted = int(result["count_warm"]["stdout"].splitlines()[-1])
         if any(rows != counted for rows, _ in written):
             print(f"MISMATCH: --out wrote {[rows for rows, _ in written]} pairs, --count said {counted:,}",
@@ -337,6 +347,11 @@ def report(r: dict) -> None:
                        ("out_cold", "join --out Parquet, cold compile caches"),
                        ("count_warm", "join --count, warm caches"), ("out_warm", "join --out Parquet, warm caches")):
         rows.append((label, r[key]["wall_s"], k["count_s"] if "count" in key else None, _phases(r[key]["timings"])))
+    if "warm_command" in r:
+        rows.append(("daskjoin warm (once, into empty caches)", r["warm_command"]["wall_s"], None, ""))
+        for key, label in (("count_after_warm", "join --count, first after daskjoin warm"),
+                           ("out_after_warm", "join --out Parquet, first after daskjoin warm")):
+            rows.append((label, r[key]["wall_s"], k["count_s"] if "count" in key else None, _phases(r[key]["timings"])))
     rows.append(("kernel alone: count", k["count_s"], k["count_s"], "in this process, warmed"))
     rows.append(("kernel alone: pairs to host", k["pairs_to_host_s"], k["count_s"], ""))
     pa_ = r["pyarrow"]
