@@ -18,9 +18,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
-	# compile the kernels into their caches once (70 s on 2 cores), so that neither the demo's first join
-	# nor each test process pays for it
-	$(BIN)/daskjoin warm
+	# compile the kernels into their caches once (50-70 s on 2 cores), so that neither the demo's first join
+	# nor each test process pays for it (only a head start: should it fail, the kernels compile where used)
+	$(BIN)/daskjoin warm || echo "daskjoin warm failed (above); the kernels will compile at their first use"
 	touch $(STAMP)
 
 ## Set up, generate a synthetic dataset in Zarr, run a self-join on a local Dask cluster.

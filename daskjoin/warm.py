@@ -6,10 +6,11 @@ process compiled what it used: 15 of the demo's 16 s on a 2-core VM (1M × 3-d; 
 warm). ``make`` and the Docker images run this once after installing, so that a user's first join
 shows its real speed.
 
-It runs joins of every kind through the public API in this process, sized to take the paths large
-joins take (the grid's estimate and single pass, the two-pass sort of a large output, the brute
-filter's tiles), over float32 and float64 rows, with and without distances: the ε-, kNN- and set
-joins each in a process of their own. With ``gpu=True`` and a
+It runs joins of every kind through the public API, in processes of its own (the ε-, kNN- and set
+joins each in one, on this machine's threads: never a configured scheduler's workers), sized to take
+the paths large joins take (the grid's estimate and single pass, the two-pass sort of a large output,
+the brute filter's tiles), over float32 and float64 rows, with and without distances; the set joins
+self and A×B, by both methods. With ``gpu=True`` and a
 visible GPU the same joins also run there, which compiles the CUDA modules they use (NVRTC; CuPy
 and :mod:`daskjoin.kernels.gpu_common` keep them on disk).
 
@@ -18,10 +19,11 @@ of a different CPU is compiled again there (correctly, only not ahead of time).
 """
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
+
+from .cores import usable_cores
 
 #: rows of the low-dimensional ε-joins: enough cells for the grid's sampled estimate and single pass
 #: (:data:`daskjoin.kernels.grid.SAMPLE_MIN_BLOCKS`), and rows for the two-pass sort of their pairs
@@ -37,69 +39,91 @@ def _points(rng, n: int, d: int, dtype) -> np.ndarray:
     return rng.random((n, d)).astype(dtype)
 
 
-def _eps_joins(rng, backend: str, dtype) -> int:
+def _eps_joins(rng, backend: str, dtype, low: int, high: int) -> int:
     """The ε-joins: self and A×B, pairs with and without distances and the count, low-d (the grid) and 16-d
     (brute force)."""
     from . import similarity_join
+    from .execution.inprocess import in_process
     from .io.synth import eps_for_neighbours
 
     done = 0
-    # (a tenth of LOW_ROWS: the one-pass sort that smaller outputs take)
-    for n, d in ((LOW_ROWS, 3), (LOW_ROWS // 10, 3), (HIGH_ROWS, 16)):
+    # (a tenth of the low-d rows: the one-pass sort that smaller outputs take)
+    for n, d in ((low, 3), (low // 10, 3), (high, 16)):
         eps = eps_for_neighbours(n, d, NEIGHBOURS)
         a, b = _points(rng, n, d, dtype), _points(rng, n // 2, d, dtype)
         for other in (None, b):
-            similarity_join(a, other, eps=eps, backend=backend, output="count")
-            similarity_join(a, other, eps=eps, backend=backend).compute()
-            similarity_join(a, other, eps=eps, backend=backend, with_distance=False).compute()
+            here = {"eps": eps, "backend": backend, "client": in_process()}
+            similarity_join(a, other, output="count", **here)
+            similarity_join(a, other, **here).compute()
+            similarity_join(a, other, with_distance=False, **here).compute()
             done += 3
     return done
 
 
-def _knn_joins(rng, backend: str, dtype) -> int:
+def _knn_joins(rng, backend: str, dtype, high: int) -> int:
     """The kNN-joins: self and A×B, low-d (the grid; from 4-d with its range pass) and 16-d (brute)."""
     from . import knn_join
+    from .execution.inprocess import in_process
 
     done = 0
     for d in (3, 6, 16):
-        a, b = _points(rng, HIGH_ROWS, d, dtype), _points(rng, HIGH_ROWS // 2, d, dtype)
+        a, b = _points(rng, high, d, dtype), _points(rng, high // 2, d, dtype)
         for other in (None, b):
-            knn_join(a, other, k=8, backend=backend).compute()
+            knn_join(a, other, k=8, backend=backend, client=in_process()).compute()
             done += 1
     return done
 
 
-def _set_joins(rng, backend: str) -> int:
-    """The set-similarity joins: a self-join's pairs and count."""
-    from . import set_similarity_join
+def _set_joins(rng, backend: str, high: int) -> int:
+    """The set-similarity joins of KOSARAK-like sets with some repeated (groups of equal sets): self and A×B, by
+    each method, the pairs to Parquet (sorted by (i, j) there) and the count."""
+    import tempfile
 
-    sizes = rng.integers(4, 40, HIGH_ROWS)
-    sets = [rng.integers(0, 3_000, s).tolist() for s in sizes]
-    set_similarity_join(sets, threshold=0.5, backend=backend).compute()
-    set_similarity_join(sets, threshold=0.5, backend=backend, output="count")
-    return 2
+    from . import set_similarity_join
+    from .execution.inprocess import in_process
+    from .io.synth_sets import kosarak_like
+
+    tokens, offsets = kosarak_like(high, seed=int(rng.integers(1 << 30)))
+    a = [tokens[offsets[k]:offsets[k + 1]].tolist() for k in range(high)]
+    a += a[: high // 20]
+    b = a[::2]
+    done = 0
+    with tempfile.TemporaryDirectory(prefix="daskjoin-warm-") as tmp:
+        for method in ("ppjoin", "allpairs"):
+            for other in (None, b):
+                here = {"threshold": 0.5, "method": method, "backend": backend, "client": in_process()}
+                set_similarity_join(a, other, out=f"{tmp}/pairs-{done}.parquet", **here)
+                set_similarity_join(a, other, **here).compute()
+                set_similarity_join(a, other, output="count", **here)
+                done += 3
+    return done
 
 
 #: the parts, each run in a process of its own where ``parallel`` (they compile different functions: on the 2-core
-#: VM 82 s one after another, ~55 s at once)
+#: VM 82 s one after another, 47-69 s at once)
 PARTS = ("eps", "knn", "sets")
 
 
-def run_part(part: str, backend: str) -> tuple[int, float]:
-    """The joins of one part on one backend, both row types (sets: no rows): (joins run, seconds)."""
+def run_part(part: str, backend: str, rows: tuple[int, int]) -> tuple[int, float]:
+    """The joins of one part on one backend, both row types (sets: no rows), ``rows`` the low-d ε-joins' and the
+    others' (:data:`LOW_ROWS`, :data:`HIGH_ROWS`): (joins run, seconds)."""
     start = time.perf_counter()
     rng = np.random.default_rng(0)
+    low, high = rows
     if part == "sets":
-        joins = _set_joins(rng, backend)
+        joins = _set_joins(rng, backend, high)
+    elif part == "eps":
+        joins = sum(_eps_joins(rng, backend, dtype, low, high) for dtype in (np.float32, np.float64))
     else:
-        fn = _eps_joins if part == "eps" else _knn_joins
-        joins = sum(fn(rng, backend, dtype) for dtype in (np.float32, np.float64))
+        joins = sum(_knn_joins(rng, backend, dtype, high) for dtype in (np.float32, np.float64))
     return joins, time.perf_counter() - start
 
 
-def warm(gpu: bool = False, log=print, parallel: bool = True) -> dict:
-    """Run the joins of every part (on the CPU; with ``gpu`` also on the GPU where one is visible), each part in a
-    process of its own where ``parallel``, up to one a core; returns ``{backend: (joins run, seconds)}``."""
+def warm(gpu: bool = False, log=print, parallel: bool = True,
+         rows: tuple[int, int] = (LOW_ROWS, HIGH_ROWS)) -> dict:
+    """Run the joins of every part (on the CPU; with ``gpu`` also on the GPU where CuPy sees one: the CLI's
+    default), each part in a process of its own where ``parallel``, up to one a usable core (spawned: a script
+    that calls this needs the ``if __name__ == "__main__":`` guard); ``rows``: see :func:`run_part`; returns ``{backend: (joins run, seconds)}``."""
     backends = ["cpu"]
     if gpu:
         from .kernels.gpu_common import gpu_available
@@ -107,7 +131,7 @@ def warm(gpu: bool = False, log=print, parallel: bool = True) -> dict:
         if gpu_available():
             backends.append("gpu")
         else:
-            log("daskjoin warm: no GPU visible here; the GPU kernels compile on a GPU worker's first join")
+            log("daskjoin warm: no GPU here (or no CuPy); the GPU kernels compile on a GPU worker's first join")
     done = {}
     for backend in backends:
         start = time.perf_counter()
@@ -117,16 +141,16 @@ def warm(gpu: bool = False, log=print, parallel: bool = True) -> dict:
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
             # spawned, not forked: a forked child of a process that used CUDA or Numba's threads may hang
-            workers = max(1, min(len(PARTS), os.cpu_count() or 1))
+            workers = max(1, min(len(PARTS), usable_cores()))
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                futures = {pool.submit(run_part, part, backend): part for part in PARTS}
+                futures = {pool.submit(run_part, part, backend, rows): part for part in PARTS}
                 for future in as_completed(futures):
                     n, seconds = future.result()
                     joins += n
                     log(f"daskjoin warm: {backend} {futures[future]} joins done ({seconds:.1f} s)")
         else:
             for part in PARTS:
-                n, seconds = run_part(part, backend)
+                n, seconds = run_part(part, backend, rows)
                 joins += n
                 log(f"daskjoin warm: {backend} {part} joins done ({seconds:.1f} s)")
         done[backend] = (joins, time.perf_counter() - start)
