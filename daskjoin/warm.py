@@ -10,9 +10,9 @@ It runs joins of every kind through the public API, in processes of its own (the
 joins each in one, on this machine's threads: never a configured scheduler's workers), sized to take
 the paths large joins take (the grid's estimate and single pass, the two-pass sort of a large output,
 the brute filter's tiles), over float32 and float64 rows, with and without distances; the set joins
-self and A×B, by both methods. With ``gpu=True`` and a
-visible GPU the same joins also run there, which compiles the CUDA modules they use (NVRTC; CuPy
-and :mod:`daskjoin.kernels.gpu_common` keep them on disk).
+self and A×B, by both methods. With ``gpu=True`` and a visible GPU the same joins also run there,
+which compiles the CUDA modules they use (NVRTC; CuPy and :mod:`daskjoin.kernels.gpu_common` keep
+them on disk).
 
 Numba keys its cache by the CPU it compiled for: a cache built on one machine and used on another
 of a different CPU is compiled again there (correctly, only not ahead of time).
@@ -123,7 +123,8 @@ def warm(gpu: bool = False, log=print, parallel: bool = True,
          rows: tuple[int, int] = (LOW_ROWS, HIGH_ROWS)) -> dict:
     """Run the joins of every part (on the CPU; with ``gpu`` also on the GPU where CuPy sees one: the CLI's
     default), each part in a process of its own where ``parallel``, up to one a usable core (spawned: a script
-    that calls this needs the ``if __name__ == "__main__":`` guard); ``rows``: see :func:`run_part`; returns ``{backend: (joins run, seconds)}``."""
+    that calls this needs the ``if __name__ == "__main__":`` guard); ``rows``: see :func:`run_part`.  Returns
+    ``{backend: (joins run, seconds)}``."""
     backends = ["cpu"]
     if gpu:
         from .kernels.gpu_common import gpu_available
