@@ -76,6 +76,20 @@ def visible_gpus() -> dict:
     return {"source": "none", "devices": [], "notes": notes}
 
 
+def kernel_cache() -> dict:
+    """Where Numba keeps daskjoin's compiled CPU kernels here and how many files of compiled code are there
+    (``daskjoin warm`` fills it; empty, each new process compiles what its first join uses; files of earlier
+    versions of a kernel stay and count): ``{"files": count, "paths": [...]}``."""
+    from .kernels import grid
+    from .kernels.sets import measures
+
+    # (the cache folders of the two packages of Numba kernels, found as Numba finds them: beside the modules, or
+    # under NUMBA_CACHE_DIR, or in its per-user folder where the package's is read-only)
+    paths = sorted({fn._cache.cache_path for fn in (grid._visit_points, measures.meets)})
+    files = sum(1 for path in paths if os.path.isdir(path) for name in os.listdir(path) if name.endswith(".nbc"))
+    return {"files": files, "paths": paths}
+
+
 def worker_facts(dask_worker=None) -> dict:
     """Run on each worker by ``client.run``: its threads, memory, resources, GPUs and versions."""
     from .kernels.gpu_common import gpu_available
@@ -88,6 +102,7 @@ def worker_facts(dask_worker=None) -> dict:
         "resources": dict(dask_worker.state.total_resources) if dask_worker is not None else {},
         "gpu": gpu_available(),
         "gpus": [d["name"] for d in gpus["devices"]],
+        "kernel_cache_files": kernel_cache()["files"],
         "versions": {k: v for k, v in versions().items() if k in ("daskjoin", "python", "dask", "distributed")},
     }
 
@@ -116,6 +131,7 @@ def collect(scheduler: str | None = None, timeout: float = 10.0) -> dict:
         "executable": sys.executable,
         "platform": platform.platform(),
         "gpus": visible_gpus(),
+        "kernel_cache": kernel_cache(),
         "scheduler": {
             "dask_config": configured_address(),
             "DASKJOIN_SCHEDULER": os.environ.get("DASKJOIN_SCHEDULER") or None,
@@ -145,6 +161,11 @@ def render(report: dict) -> str:
                   for d in gpus["devices"]]
     else:
         lines.append("GPUs: none visible (" + "; ".join(gpus.get("notes", [])) + ")")
+    cache = report.get("kernel_cache")
+    if cache is not None:
+        lines.append(f"CPU kernel cache (Numba): {cache['files']} files in {', '.join(cache['paths'])}"
+                     + ("" if cache["files"] else "; empty: run `daskjoin warm`, or each new process compiles "
+                        "the kernels its first join uses"))
     sched = report["scheduler"]
     lines.append(f"scheduler (dask config scheduler-address): {sched['dask_config'] or 'not set'}")
     if sched["DASKJOIN_SCHEDULER"]:
@@ -160,5 +181,6 @@ def render(report: dict) -> str:
             res = " ".join(f"{k}={v:g}" for k, v in w["resources"].items())
             lines.append(f"  {addr}  name={w['name']}  threads={w['nthreads']}  memory={_bytes(w['memory_limit'])}"
                          f"  {gpu}" + (f"  resources: {res}" if res else "")
+                         + (f"  kernel cache: {w['kernel_cache_files']} files" if "kernel_cache_files" in w else "")
                          + f"  daskjoin {w['versions']['daskjoin']}, dask {w['versions']['dask']}")
     return "\n".join(lines)

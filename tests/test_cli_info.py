@@ -82,6 +82,22 @@ def test_json_is_complete(as_json):
     assert "cluster" not in as_json
 
 
+def test_kernel_cache_empty_then_filled(tmp_path):
+    """The CPU kernels' Numba cache: empty in a new NUMBA_CACHE_DIR (and the text says what to run), holding files
+    once a join compiled into it."""
+    env = _env(NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    proc = run_info("--json", env=env)
+    assert proc.returncode == 0, _explain(proc)
+    cache = json.loads(proc.stdout)["kernel_cache"]
+    assert cache["files"] == 0 and cache["paths"] and all(p.startswith(str(tmp_path)) for p in cache["paths"])
+    assert "files in" in run_info(env=env).stdout and "empty: run `daskjoin warm`" in run_info(env=env).stdout
+    join = ("import numpy as np, daskjoin as dj; "
+            "dj.similarity_join(np.random.default_rng(0).random((500, 2)), eps=0.1, output='count')")
+    done = subprocess.run([sys.executable, "-c", join], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, _explain(done)
+    assert json.loads(run_info("--json", env=env).stdout)["kernel_cache"]["files"] > 0
+
+
 @pytest.mark.integration
 def test_scheduler_workers(cluster, client):
     """``--scheduler``: the session cluster's two one-thread workers, and whether each sees a GPU."""
@@ -95,7 +111,7 @@ def test_scheduler_workers(cluster, client):
     workers = report["workers"]
     assert sorted(workers) == sorted(client.nthreads())
     for w in workers.values():
-        assert w["nthreads"] == 1 and w["gpu"] is gpu_available()
+        assert w["nthreads"] == 1 and w["gpu"] is gpu_available() and w["kernel_cache_files"] >= 0
         assert w["versions"]["daskjoin"] == daskjoin.__version__
     text = run_info("--scheduler", cluster.scheduler_address)
     assert text.returncode == 0, _explain(text)
@@ -135,7 +151,7 @@ def test_render_with_gpus_and_workers():
         "scheduler": {"dask_config": "tcp://scheduler:8786", "DASKJOIN_SCHEDULER": None},
         "cluster": {"address": "tcp://scheduler:8786", "workers": {
             "tcp://10.0.0.7:40000": {"name": "w0", "nthreads": 1, "memory_limit": 64 * 2**30, "resources": {"GPU": 1.0},
-                                     "gpu": True, "gpus": ["NVIDIA H200"],
+                                     "gpu": True, "gpus": ["NVIDIA H200"], "kernel_cache_files": 0,
                                      "versions": {"daskjoin": "0.1.0", "dask": "2026.7.1"}},
         }},
     }
@@ -143,7 +159,8 @@ def test_render_with_gpus_and_workers():
     assert "GPUs (cupy):\n  0: NVIDIA H200, 150.00 GiB" in text
     assert "scheduler (dask config scheduler-address): tcp://scheduler:8786" in text
     assert "cluster tcp://scheduler:8786: 1 worker(s), 1 thread(s), 1 with a GPU" in text
-    assert "tcp://10.0.0.7:40000  name=w0  threads=1  memory=64.00 GiB  GPU: NVIDIA H200  resources: GPU=1" in text
+    assert ("tcp://10.0.0.7:40000  name=w0  threads=1  memory=64.00 GiB  GPU: NVIDIA H200  resources: GPU=1"
+            "  kernel cache: 0 files") in text
 
 
 def test_help_has_example():
