@@ -522,6 +522,9 @@ def test_dask_cuda_cli_module_runs_the_worker():
 
 def test_config_without_cores_is_refused():
     import dask.config
+    # its defaults loaded first: imported inside the `set` below, they were added under a `jobqueue` key the set
+    # had created, and dropped with it at the set's exit, failing later jobqueue tests of this process
+    import dask_jobqueue  # noqa: F401
 
     from daskjoin.execution.jobqueue import make_cluster
     from daskjoin.validation import InputError
