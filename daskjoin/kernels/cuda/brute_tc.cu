@@ -481,11 +481,20 @@ __device__ __forceinline__ void tile_products_bulk(const void* mapA, const void*
     const unsigned db0 = wg_desc_lo(smem_at(stage.bslots()));
     int st = 0, kc = 0, k = 0;  // item it's stage, chunk, and pair (from first)
     unsigned phase = 0;  // of item it's stage: flips each time the stages come round
+    unsigned long long pending = 0ULL;  // Visit::DEFER_GATHER: the candidates of pair pending_k, not yet written
+    int pending_k = 0;
     for (int it = 0; it < stage.items; ++it) {
         mbar_wait(stage.full() + st, phase);
         const bool last = kc == stage.nk - 1;
         const int slot = stage.slot(st);
         M::product(da0 + slot * (M::SLOT >> 4), db0 + st * (M::SLOT >> 4), kc == 0, acc);
+        // the last pair's candidates written while these products form (Visit::DEFER_GATHER): a listing warp's
+        // prefix sum and writes no longer hold its warpgroup's next wgmma
+        if constexpr (Visit::DEFER_GATHER)
+            if (__any_sync(0xffffffffu, pending != 0ULL)) {
+                visit.gather(first + pending_k, pending);
+                pending = 0ULL;
+            }
         M::settle(acc);
         // the test reads the stage's thresholds before this warp counts itself out of the stage, and so does the
         // list where it can (Visit::LIST_IN_STAGE; the column thresholds from global memory held a listing warp
@@ -494,7 +503,12 @@ __device__ __forceinline__ void tile_products_bulk(const void* mapA, const void*
         if (last) {
             const Staged at = stage.staged(k, st, slot);
             hit = visit.test(at, acc);
-            if constexpr (Visit::LIST_IN_STAGE) visit.list(first + k, static_cast<const Acc*>(at.ys), acc, hit);
+            if constexpr (Visit::DEFER_GATHER) {
+                pending = visit.mark(static_cast<const Acc*>(at.ys), acc, hit);
+                pending_k = k;
+            } else if constexpr (Visit::LIST_IN_STAGE) {
+                visit.list(first + k, static_cast<const Acc*>(at.ys), acc, hit);
+            }
         }
         __syncwarp();
         bool issue = false;
@@ -505,6 +519,8 @@ __device__ __forceinline__ void tile_products_bulk(const void* mapA, const void*
         if (++st == NSTAGES) { st = 0; phase ^= 1u; }
         if (++kc == stage.nk) { kc = 0; ++k; }
     }
+    if constexpr (Visit::DEFER_GATHER)
+        if (__any_sync(0xffffffffu, pending != 0ULL)) visit.gather(first + pending_k, pending);
 }
 #endif
 
@@ -587,6 +603,8 @@ struct Filter {
     // holds more registers (a rounded subtraction, then a maximum: two instructions a product where int8's take
     // one), and listing from the stage made it spill
     static constexpr bool LIST_IN_STAGE = Two<Acc>::INTEGER;
+    // and, where it is, the candidates marked in the stage but written while the next pair's products form
+    static constexpr bool DEFER_GATHER = LIST_IN_STAGE;
     // the pair's column thresholds in global memory
     __device__ __forceinline__ const Acc* column_thresholds() const { return ty + (i64)tq * TILE; }
     // M::GATHERED: the warp's gathered candidates (WARP_LIST at most: rows and columns, tile pairs) and their count
@@ -658,12 +676,18 @@ struct Filter {
     }
 
     // The candidates of a pair whose test found any (hit: test's result) listed: only the rows that passed are
-    // tested product by product.
+    // tested product by product (mark), then written (gather).
     __device__ __forceinline__ void list(i64 pair, const Acc* ys, const Acc* acc, unsigned hit) {
+        if (!__any_sync(0xffffffffu, hit != 0)) return;
+        gather(pair, mark(ys, acc, hit));
+    }
+    // The candidates of the pair whose products acc holds (hit: test's result), this thread's: bit r C + c, product
+    // (r, c) is a candidate.  Only the rows that passed are tested product by product.
+    __device__ __forceinline__ unsigned long long mark(const Acc* ys, const Acc* acc, unsigned hit) {
     const int lane = threadIdx.x & 31;
     const int r0 = M::row0() + (lane >> 2), c0 = M::col0() + 2 * (lane & 3);  // tile row, column of (0, 0)
-    if (!__any_sync(0xffffffffu, hit != 0)) return;
     unsigned long long keep = 0ULL;  // bit r C + c: product (r, c) is a candidate
+    if (!__any_sync(0xffffffffu, hit != 0)) return keep;
     // the column thresholds read again, two at a time, from ys (the pair's 128: the stage's, where the list is made
     // before the warp counts itself out of the stage, else global memory's)
     const Acc* const yc = ys + c0;
@@ -705,6 +729,12 @@ struct Filter {
             keep &= ~((below & low_bits(M::C)) << (r * M::C));
         }
     }
+    return keep;
+    }
+    // The candidates marked (mark) of pair `pair` (tiles tp, tq) written: called by every lane of the warp.
+    __device__ __forceinline__ void gather(i64 pair, unsigned long long keep) {
+    const int lane = threadIdx.x & 31;
+    const int r0 = M::row0() + (lane >> 2), c0 = M::col0() + 2 * (lane & 3);  // tile row, column of (0, 0)
     // each lane writes its own candidates after the lanes before it: to the warp's gathered list where they fit
     // (an atomic on the list's one counter for every warp that found any had each wait for it), else to the list
     // with one atomicAdd for the warp
@@ -824,6 +854,7 @@ struct ProductsOut {
     double* out;
     __device__ __forceinline__ unsigned test(const Staged&, const Acc*) { return 0u; }
     static constexpr bool LIST_IN_STAGE = true;
+    static constexpr bool DEFER_GATHER = false;
     __device__ __forceinline__ const Acc* column_thresholds() const { return nullptr; }
     __device__ __forceinline__ void list(i64 pair, const Acc*, const Acc* acc, unsigned) {
         const int lane = threadIdx.x & 31;
