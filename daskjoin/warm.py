@@ -47,9 +47,11 @@ def _eps_joins(rng, backend: str, dtype, low: int, high: int) -> int:
     from .io.synth import eps_for_neighbours
 
     done = 0
-    # (a tenth of the low-d rows: the one-pass sort that smaller outputs take)
-    for n, d in ((low, 3), (low // 10, 3), (high, 16)):
-        eps = eps_for_neighbours(n, d, NEIGHBOURS)
+    # (a tenth of the low-d rows: the one-pass sort that smaller outputs take; sparse 5-d rows: the grid indexes
+    # fewer of its dimensions, kernels/grid_dims.py)
+    for n, d, neighbours in ((low, 3, NEIGHBOURS), (low // 10, 3, NEIGHBOURS), (high, 16, NEIGHBOURS),
+                             (low // 10, 5, 0.1)):
+        eps = eps_for_neighbours(n, d, neighbours)
         a, b = _points(rng, n, d, dtype), _points(rng, n // 2, d, dtype)
         for other in (None, b):
             here = {"eps": eps, "backend": backend, "client": in_process()}

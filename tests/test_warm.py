@@ -39,6 +39,7 @@ def test_after_warm_the_cli_compiles_nothing(tmp_path):
     assert proc.returncode == 0, _explain(proc)
     eps = eps_for_neighbours(ROWS, 3, 32)
     for args in (["synth", "embeddings", "e.zarr", "--n", 20_000, "--d", 32],  # float32, brute force
+                 ["synth", "uniform", "q.zarr", "--n", ROWS, "--d", 5],  # sparse: the grid indexes fewer dims
                  ["synth-sets", "kosarak", "s.zarr", "--n", 20_000]):
         proc = run_cli(args, tmp_path)
         assert proc.returncode == 0, _explain(proc)
@@ -46,6 +47,7 @@ def test_after_warm_the_cli_compiles_nothing(tmp_path):
             "count": ["join", "p.zarr", "--eps", eps, "--count"],
             "knn": ["knn", "p.zarr", "--k", 8, "--out", "knn", "--quiet"],
             "float32 brute": ["join", "e.zarr", "--eps", 0.5, "--out", "e-pairs", "--quiet"],
+            "sparse 5-d": ["join", "q.zarr", "--eps", eps_for_neighbours(ROWS, 5, 0.1), "--count"],
             "sets": ["setjoin", "s.zarr", "--threshold", 0.5, "--out", "s-pairs", "--quiet"]}
     for name, args in runs.items():
         proc = run_cli(args + (["--overwrite"] if "--out" in args else []), tmp_path,

@@ -27,7 +27,8 @@ import numpy as np
 
 from .exact import eps_squared
 from .within import WHOLE_ROWS, dist2, within
-from .grid_index import PATTERNS, boundary_slack, build_index, choose_grid
+from .grid_dims import indexed_dims
+from .grid_index import PATTERNS, boundary_slack, choose_grid, finish_index, order_by_cells
 from .memory import pair_buffers
 from .pair_sort import sort_lanes
 from .parallel_guard import serialised
@@ -423,10 +424,13 @@ class GridJoin:
     """A prepared grid join (indexes built); count, pairs or bounded batches on demand."""
 
     def __init__(self, a: np.ndarray, b: np.ndarray | None, eps: float, *, max_dims: int = 6, share=None,
-                 pattern: str = "lid-unicomp"):
+                 pattern: str = "lid-unicomp", choose_dims: bool = True):
         """``share``: ``(k, parts)``, only the pairs of the k-th of ``parts`` query shares
         (:mod:`.shares`: runs of query cells of about equal work; the shares partition the pairs).
-        ``pattern``: the self-join's cell access pattern, a key of :data:`PATTERNS`."""
+        ``pattern``: the self-join's cell access pattern, a key of :data:`PATTERNS`.  ``max_dims``: at
+        most this many dimensions indexed, those of largest spread; ``choose_dims``: fewer where the cost
+        model (:mod:`.grid_dims`) finds them cheaper, else all ``max_dims`` (the choice is a function of the
+        data alone, so every share of one join makes the same)."""
         self.selfjoin = b is None
         if pattern not in PATTERNS:
             raise ValueError(f"pattern must be one of {tuple(PATTERNS)}, got {pattern!r}")
@@ -438,10 +442,15 @@ class GridJoin:
             hi = np.max([b[1] for b in bounds], axis=0)
         else:
             lo = hi = np.zeros(a.shape[1])
-        self.spec = choose_grid(lo, hi, eps, max_dims=max_dims)
+        spec = choose_grid(lo, hi, eps, max_dims=max_dims)
         self.eps2 = eps_squared(eps)
-        self.query = build_index(a, self.spec).as_tuple()
-        self.data = self.query if b is None else build_index(b, self.spec).as_tuple()
+        # sorted once by the candidate dimensions' cells; indexed by as many of them as the cost model picks
+        qorder = order_by_cells(a, spec)
+        dorder = qorder if b is None else order_by_cells(b, spec)
+        m = indexed_dims(a, qorder, dorder, self.eps2, b is None) if choose_dims else spec.k
+        self.spec = spec.prefix(m) if m < spec.k else spec
+        self.query = finish_index(a, qorder, m).as_tuple()
+        self.data = self.query if b is None else finish_index(b, dorder, m).as_tuple()
         self.ncell = int(self.query[1].shape[0])
         self.shared = share is not None
         lo, hi = cell_range(self.query[2], share) if self.shared else (0, self.ncell)

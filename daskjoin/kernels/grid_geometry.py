@@ -38,6 +38,16 @@ class GridSpec:
     def total_cells(self) -> int:
         return int(np.prod(self.ncells.astype(object))) if self.k else 1
 
+    def prefix(self, m: int) -> "GridSpec":
+        """The grid of the first ``m`` indexed dimensions (its cell ids: this grid's, floor-divided by
+        ``strides[m - 1]``, since ids are row-major)."""
+        ncells = self.ncells[:m]
+        strides = np.ones(m, np.int64)
+        for j in range(m - 2, -1, -1):
+            strides[j] = strides[j + 1] * ncells[j + 1]
+        return GridSpec(dims=self.dims[:m], origin=self.origin[:m], widths=self.widths[:m], ncells=ncells,
+                        strides=strides)
+
 
 def boundary_slack(spec: "GridSpec") -> np.ndarray:
     """Per indexed dimension, an absolute amount by which computed cell boundaries may be off.

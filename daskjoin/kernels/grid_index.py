@@ -80,7 +80,8 @@ def _gather(x, perm, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def _cells_of_sorted(sorted_ids, strides, ncells):
+def _runs(sorted_ids):
+    """The distinct ids of a sorted array and where each run starts (the end appended)."""
     n = sorted_ids.shape[0]
     count = 0
     for p in range(n):
@@ -95,6 +96,13 @@ def _cells_of_sorted(sorted_ids, strides, ncells):
             cell_start[c] = p
             c += 1
     cell_start[count] = n
+    return cell_ids, cell_start
+
+
+@numba.njit(cache=True, nogil=True)
+def _cells_of_sorted(sorted_ids, strides, ncells):
+    cell_ids, cell_start = _runs(sorted_ids)
+    count = cell_ids.shape[0]
     k = strides.shape[0]
     coords = np.empty((count, k), np.int64)
     for c in range(count):
@@ -124,7 +132,7 @@ def _sort_cells_by(x, perm, cell_start, dim):
                     u -= 1
                 perm[u + 1] = p
         else:
-            rows = perm[s:e].copy()
+            rows = np.sort(perm[s:e])  # ties by row, whatever order the cell's points came in
             keys = np.empty(e - s, np.float64)
             for t in range(e - s):
                 keys[t] = x[rows[t], dim]
@@ -133,7 +141,27 @@ def _sort_cells_by(x, perm, cell_start, dim):
                 perm[s + t] = rows[order[t]]
 
 
-def build_index(x: np.ndarray, spec: GridSpec) -> GridIndex:
+@dataclass(frozen=True)
+class CellOrder:
+    """Points of one join side in cell order of a grid (``spec``), before the index is finished: the
+    order serves every grid of a prefix of its dimensions too (row-major ids: sorted by a cell id, sorted by
+    its prefix), so the number of dimensions indexed can be chosen after sorting once (:mod:`.grid_dims`)."""
+
+    spec: GridSpec
+    perm: np.ndarray  # int64 (n,): the rows in cell order (stable)
+    sorted_ids: np.ndarray  # int64 (n,): their cell ids
+    dense_start: np.ndarray  # at spec's grid (counting sort), or empty
+
+    def runs(self):
+        """The non-empty cells' ids and first positions (``cell_start``, with the end appended)."""
+        return _runs(self.sorted_ids)
+
+
+def _is_dense(spec: GridSpec, n: int) -> bool:
+    return spec.k > 0 and spec.total_cells <= max(DENSE_CELLS_PER_POINT * n, 1 << 16)
+
+
+def order_by_cells(x: np.ndarray, spec: GridSpec) -> CellOrder:
     """Sort ``x`` by cell (counting sort on dense grids, argsort otherwise)."""
     n = x.shape[0]
     if spec.k == 0 or n == 0:
@@ -141,17 +169,30 @@ def build_index(x: np.ndarray, spec: GridSpec) -> GridIndex:
     else:
         with serialised():
             ids = _cell_ids(x, spec.dims, spec.origin, spec.widths, spec.ncells, spec.strides, pooled_empty(n, np.int64))
-    total = spec.total_cells
-    dense = spec.k > 0 and total <= max(DENSE_CELLS_PER_POINT * n, 1 << 16)
-    if dense:
+    if _is_dense(spec, n):
         perm = pooled_empty(n, np.int64)
-        dense_start = _counting_sort(ids, total, perm)
+        dense_start = _counting_sort(ids, spec.total_cells, perm)
     else:
         perm = np.argsort(ids, kind="stable").astype(np.int64)
         dense_start = np.zeros(0, np.int64)
     sorted_ids = np.take(ids, perm, out=pooled_empty(n, np.int64), mode="clip")  # (not "raise": it buffers)
-    del ids
+    return CellOrder(spec=spec, perm=perm, sorted_ids=sorted_ids, dense_start=dense_start)
+
+
+def finish_index(x: np.ndarray, order: CellOrder, m: int | None = None) -> GridIndex:
+    """The index of ``x`` (sorted in ``order``) over the first ``m`` of the order's dimensions (all by default):
+    the same index :func:`build_index` makes for ``order.spec.prefix(m)``.  Takes ``order.perm``."""
+    full = order.spec
+    m = full.k if m is None else m
+    spec = full.prefix(m) if m < full.k else full
+    n = x.shape[0]
+    perm, sorted_ids, dense_start = order.perm, order.sorted_ids, order.dense_start
+    if m < full.k:
+        sorted_ids = sorted_ids // (full.strides[m - 1] if m else full.total_cells)
+        dense_start = np.zeros(0, np.int64)
     cell_ids, cell_start, coords = _cells_of_sorted(sorted_ids, spec.strides, spec.ncells)
+    if m < full.k and _is_dense(spec, n):
+        dense_start = _dense_table(cell_ids, cell_start, spec.total_cells)
     if spec.k:
         with serialised():
             _sort_cells_by(x, perm, cell_start, spec.dims[-1])
@@ -165,3 +206,20 @@ def build_index(x: np.ndarray, spec: GridSpec) -> GridIndex:
         cell_coords=coords,
         dense_start=dense_start,
     )
+
+
+def build_index(x: np.ndarray, spec: GridSpec) -> GridIndex:
+    """Sort ``x`` by cell and index it."""
+    return finish_index(x, order_by_cells(x, spec))
+
+
+@numba.njit(cache=True, nogil=True)
+def _dense_table(cell_ids, cell_start, total):
+    """First point of each cell id 0 .. total (an empty cell: the next non-empty one's), as the counting sort gives."""
+    table = np.empty(total + 1, np.int64)
+    c = 0
+    for lid in range(total + 1):
+        while c < cell_ids.shape[0] and cell_ids[c] < lid:
+            c += 1
+        table[lid] = cell_start[c]
+    return table

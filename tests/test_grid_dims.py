@@ -1,0 +1,132 @@
+"""The CPU grid's choice of how many dimensions it indexes (daskjoin.kernels.grid_dims): the index at fewer
+dimensions, derived from one sort, is the index built for them; every choice gives the oracle's pairs; the
+decisions' estimate follows the real count; sparse data index fewer dimensions, dense data all."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from daskjoin.kernels import get_kernel
+from daskjoin.kernels.grid import GridJoin
+from daskjoin.kernels.grid_dims import _sampled_candidates, indexed_dims, model_costs
+from daskjoin.kernels.grid_index import build_index, choose_grid, finish_index, order_by_cells
+
+from oracle import assert_same_pairs, oracle_cross_pairs, oracle_self_pairs
+
+
+def _sparse(n=6000, d=6, seed=0):
+    return np.random.default_rng(seed).random((n, d))
+
+
+def _clustered(n, d, seed=0, spread=0.03):
+    rng = np.random.default_rng(seed)
+    centres = rng.random((20, d))
+    return centres[rng.integers(0, 20, n)] + rng.normal(0, spread, (n, d))
+
+
+def _lattice(n, d, seed=0):
+    """Points on a lattice of step eps = 0.025 (pairs at exactly eps) with duplicates."""
+    x = np.random.default_rng(seed).integers(0, 12, (n, d)).astype(np.float64) * 0.025
+    x[n // 2: n // 2 + 15] = x[0]
+    return x
+
+
+@pytest.mark.parametrize("x, eps", [(_sparse(), 0.05), (_sparse(4000, 4, 1), 0.02), (_clustered(5000, 5), 0.01),
+                                    (_lattice(3000, 4), 0.025), (_sparse(3000, 3, 2) * 1e4 + 1e6, 30.0)],
+                         ids=["sparse-6d", "sparse-4d", "clustered-5d", "lattice-4d", "offset-3d"])
+def test_index_at_fewer_dims_is_the_index_built_for_them(x, eps):
+    spec = choose_grid(x.min(0), x.max(0), eps)
+    assert spec.k >= 3
+    for m in range(1, spec.k + 1):
+        derived = finish_index(x, order_by_cells(x, spec), m)
+        built = build_index(x, spec.prefix(m))
+        for name in ("points", "perm", "cell_ids", "cell_start", "cell_coords", "dense_start"):
+            assert np.array_equal(getattr(derived, name), getattr(built, name)), (m, name)
+
+
+CASES = {
+    "sparse-6d": (_sparse(), None, 0.05),
+    "clustered-5d": (_clustered(4000, 5, 1), None, 0.02),
+    "lattice-4d": (_lattice(2500, 4, 2), None, 0.025),
+    "offset-4d": (_sparse(3000, 4, 3) * 1e3 + 1e8, None, 40.0),
+    "cross-6d": (_sparse(3000, 6, 4), _sparse(2500, 6, 5), 0.08),
+    "cross-lattice-3d": (_lattice(2000, 3, 6), _lattice(1500, 3, 7), 0.025),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_number_of_dims_gives_the_oracles_pairs(case):
+    a, b, eps = CASES[case]
+    expected = oracle_self_pairs(a, eps) if b is None else oracle_cross_pairs(a, b, eps)
+    k = choose_grid(a.min(0), a.max(0), eps).k
+    for m in range(1, k + 1):
+        join = GridJoin(a, b, eps, max_dims=m, choose_dims=False)
+        assert join.spec.k == m
+        assert_same_pairs(join.pairs(), expected, context=f"{case}, {m} dims", a=a, b=b, eps=eps)
+    join = GridJoin(a, b, eps)
+    assert_same_pairs(join.pairs(), expected, context=f"{case}, chosen {join.spec.k} dims", a=a, b=b, eps=eps)
+    assert join.count() == len(expected[0])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(0, 300), d=st.integers(3, 7), eps=st.sampled_from([0.01, 0.05, 0.125, 0.3]),
+       seed=st.integers(0, 2**31), dup=st.integers(0, 20), cross=st.booleans())
+def test_chosen_dims_give_the_oracles_pairs(n, d, eps, seed, dup, cross):
+    """Random sizes and densities, points on a lattice of step eps/2 (pairs at exactly eps) and repeated points."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 9, (n, d)).astype(np.float64) * (eps / 2) if seed % 2 else rng.random((n, d))
+    if n and dup:
+        a[rng.integers(0, n, dup)] = a[0]
+    b = rng.random((max(1, n // 2), d)) if cross else None
+    expected = oracle_self_pairs(a, eps) if b is None else oracle_cross_pairs(a, b, eps)
+    assert_same_pairs(GridJoin(a, b, eps).pairs(), expected, context="chosen dims", a=a, b=b, eps=eps)
+
+
+@pytest.mark.parametrize("x, eps", [(_sparse(20000, 6, 8), 0.06), (_sparse(20000, 6, 8), 0.25),
+                                    (_clustered(20000, 5, 9), 0.01), (_sparse(30000, 4, 10), 0.01)],
+                         ids=["sparse-6d", "dense-6d", "clustered-5d", "sparse-4d"])
+def test_sampled_decisions_follow_the_real_count(x, eps):
+    """The model's decisions for each number of dimensions within a factor of 2 of the join's own count."""
+    spec = choose_grid(x.min(0), x.max(0), eps)
+    order = order_by_cells(x, spec)
+    ids, start = order.runs()
+    sample = x[order.perm[(np.arange(512) * x.shape[0]) // 512]]
+    estimate = _sampled_candidates(np.ascontiguousarray(sample), spec.dims, spec.origin, spec.widths, spec.ncells,
+                                   spec.strides, eps * eps, ids, start).mean(axis=0)
+    estimate = (estimate - 1) * x.shape[0] / 2  # each point meets itself; a self-join decides each pair once
+    for m in range(1, spec.k + 1):
+        real = GridJoin(x, None, eps, max_dims=m, choose_dims=False).decisions()
+        assert 0.5 * real <= estimate[m - 1] <= 2.0 * real + 1000, (m, estimate[m - 1], real)
+
+
+def test_sparse_data_index_fewer_dims_and_dense_data_all():
+    sparse = _sparse(40000, 6, 11)  # ~0.04 pairs a point at eps 0.06: cells hold one point
+    join = GridJoin(sparse, None, 0.06)
+    assert join.spec.k < 6
+    assert GridJoin(sparse, None, 0.06, max_dims=6, choose_dims=False).spec.k == 6
+    dense = _sparse(40000, 3, 12)  # ~30 pairs a point
+    assert GridJoin(dense, None, 0.06).spec.k == 3
+    # the model prices the sparse choice below the fixed six
+    spec = choose_grid(sparse.min(0), sparse.max(0), 0.06)
+    order = order_by_cells(sparse, spec)
+    costs = model_costs(sparse, order, order, 0.06 ** 2, True)
+    assert costs[join.spec.k - 1] < costs[5]
+    assert indexed_dims(sparse, order, order, 0.06 ** 2, True) == join.spec.k
+
+
+def test_two_dims_are_not_weighed_and_empty_sides_keep_the_grid():
+    x = _sparse(5000, 2, 13)
+    assert GridJoin(x, None, 1e-4).spec.k == 2  # almost no pairs, but only two dimensions: left as they are
+    a, b = _sparse(100, 5, 14), np.zeros((0, 5))
+    assert GridJoin(a, b, 0.01).count() == 0
+
+
+@pytest.mark.parametrize("parts", [2, 5])
+def test_shares_of_a_join_agree_on_the_dims(parts):
+    """Every share makes the same choice (a function of the data alone), so the shares partition the pairs."""
+    x = np.concatenate([_sparse(8000, 6, 15), _clustered(2000, 6, 16, spread=0.01)])
+    eps = 0.05
+    kernel = get_kernel("grid", "cpu")
+    got = [kernel.self_join(x, eps, share=(s, parts)) for s in range(parts)]
+    pairs = tuple(np.concatenate([g[t] for g in got]) for t in range(3))
+    assert_same_pairs(pairs, oracle_self_pairs(x, eps), context=f"{parts} shares", a=x, eps=eps)
