@@ -483,11 +483,16 @@ __device__ __forceinline__ void tile_products_bulk(const void* mapA, const void*
     unsigned phase = 0;  // of item it's stage: flips each time the stages come round
     unsigned long long pending = 0ULL;  // Visit::DEFER_GATHER: the candidates of pair pending_k, not yet written
     int pending_k = 0;
+    // lane 0's count of the warps out of the last item's stage before this one (count_out): its atomic's result
+    // is used only after this item's products are issued, so the warp does not wait for it in between
+    unsigned ticket = 0u;
     for (int it = 0; it < stage.items; ++it) {
         mbar_wait(stage.full() + st, phase);
         const bool last = kc == stage.nk - 1;
         const int slot = stage.slot(st);
         M::product(da0 + slot * (M::SLOT >> 4), db0 + st * (M::SLOT >> 4), kc == 0, acc);
+        // the last item's stage refilled (item it - 1 + NSTAGES) by the warp that counted itself out of it last
+        if (it > 0) stage.stage_next(lane == 0 && ticket % (THREADS / 32) == THREADS / 32 - 1);
         // the last pair's candidates written while these products form (Visit::DEFER_GATHER): a listing warp's
         // prefix sum and writes no longer hold its warpgroup's next wgmma
         if constexpr (Visit::DEFER_GATHER)
@@ -511,9 +516,7 @@ __device__ __forceinline__ void tile_products_bulk(const void* mapA, const void*
             }
         }
         __syncwarp();
-        bool issue = false;
-        if (lane == 0) issue = count_out(stage.out() + st) % (THREADS / 32) == THREADS / 32 - 1;
-        stage.stage_next(issue);  // item it + NSTAGES, into stage st
+        if (lane == 0) ticket = count_out(stage.out() + st);
         if constexpr (!Visit::LIST_IN_STAGE)
             if (last) visit.list(first + k, visit.column_thresholds(), acc, hit);
         if (++st == NSTAGES) { st = 0; phase ^= 1u; }
