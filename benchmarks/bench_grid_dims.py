@@ -65,13 +65,13 @@ out["ckdtree_s"], out["ckdtree_pairs"] = min(ck), int(len(ref))
 ref = None
 from daskjoin.kernels.grid import GridJoin
 x64 = x.astype(np.float64)
-ways = (("chosen", True), ("all", False))
+ways = (("chosen", "auto"), ("all", "all"))
 ts = {name: [] for name, _ in ways}
 for r in range(1 + repeat):  # interleaved (the first round warms both): neither gains from going second
     for name, choose in ways:
         join = None
         start = time.perf_counter()
-        join = GridJoin(x64, None, eps, choose_dims=choose)
+        join = GridJoin(x64, None, eps, dims=choose)
         count = join.count()
         if r:
             ts[name].append(time.perf_counter() - start)

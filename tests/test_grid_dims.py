@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from daskjoin.kernels import get_kernel
 from daskjoin.kernels.grid import GridJoin
-from daskjoin.kernels.grid_dims import _sampled_candidates, indexed_dims, model_costs
+from daskjoin.kernels.grid_dims import CELLS_A_SHARE, _sampled_candidates, indexed_dims, model_costs
 from daskjoin.kernels.grid_index import build_index, choose_grid, finish_index, order_by_cells
 
 from oracle import assert_same_pairs, oracle_cross_pairs, oracle_self_pairs
@@ -54,24 +54,46 @@ CASES = {
 }
 
 
+def _concat(parts):
+    return tuple(np.concatenate([p[t] for p in parts]) for t in range(3))
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_every_number_of_dims_gives_the_oracles_pairs(case):
+    """Each m through the index derived from one sort: pairs, bounded batches, the count, both self-join patterns
+    and query shares."""
     a, b, eps = CASES[case]
     expected = oracle_self_pairs(a, eps) if b is None else oracle_cross_pairs(a, b, eps)
     k = choose_grid(a.min(0), a.max(0), eps).k
+    assert k >= 3
     for m in range(1, k + 1):
-        join = GridJoin(a, b, eps, max_dims=m, choose_dims=False)
-        assert join.spec.k == m
-        assert_same_pairs(join.pairs(), expected, context=f"{case}, {m} dims", a=a, b=b, eps=eps)
-    join = GridJoin(a, b, eps)
-    assert_same_pairs(join.pairs(), expected, context=f"{case}, chosen {join.spec.k} dims", a=a, b=b, eps=eps)
-    assert join.count() == len(expected[0])
+        for pattern in ("lid-unicomp", "unicomp") if b is None else ("lid-unicomp",):
+            join = GridJoin(a, b, eps, dims=m, pattern=pattern)
+            assert join.spec.k == m
+            context = f"{case}, {m} dims, {pattern}"
+            assert_same_pairs(join.pairs(), expected, context=context, a=a, b=b, eps=eps)
+            batches = list(GridJoin(a, b, eps, dims=m, pattern=pattern).batches(700))
+            assert all(len(x[0]) <= 700 for x in batches) and batches
+            assert_same_pairs(_concat(batches), expected, context=context + ", batches", a=a, b=b, eps=eps)
+            assert GridJoin(a, b, eps, dims=m, pattern=pattern).count() == len(expected[0])
+        shares = [GridJoin(a, b, eps, dims=m, share=(s, 3)).pairs() for s in range(3)]
+        assert_same_pairs(_concat(shares), expected, context=f"{case}, {m} dims, 3 shares", a=a, b=b, eps=eps)
+
+
+def test_the_single_pass_at_fewer_dims_gives_the_oracles_pairs():
+    """Enough query cells at 4 and 5 of 6 dimensions for the sampled single pass (grid.SAMPLE_MIN_BLOCKS)."""
+    x = _sparse(20000, 6, 17)
+    expected = oracle_self_pairs(x, 0.05)
+    for m in (4, 5, 6):
+        join = GridJoin(x, None, 0.05, dims=m)
+        assert join.ncell >= 8192
+        assert_same_pairs(join.pairs(), expected, context=f"{m} dims", a=x, eps=0.05)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(0, 300), d=st.integers(3, 7), eps=st.sampled_from([0.01, 0.05, 0.125, 0.3]),
-       seed=st.integers(0, 2**31), dup=st.integers(0, 20), cross=st.booleans())
-def test_chosen_dims_give_the_oracles_pairs(n, d, eps, seed, dup, cross):
+       seed=st.integers(0, 2**31), dup=st.integers(0, 20), cross=st.booleans(), dims=st.integers(1, 7))
+def test_any_number_of_dims_gives_the_oracles_pairs(n, d, eps, seed, dup, cross, dims):
     """Random sizes and densities, points on a lattice of step eps/2 (pairs at exactly eps) and repeated points."""
     rng = np.random.default_rng(seed)
     a = rng.integers(0, 9, (n, d)).astype(np.float64) * (eps / 2) if seed % 2 else rng.random((n, d))
@@ -79,7 +101,7 @@ def test_chosen_dims_give_the_oracles_pairs(n, d, eps, seed, dup, cross):
         a[rng.integers(0, n, dup)] = a[0]
     b = rng.random((max(1, n // 2), d)) if cross else None
     expected = oracle_self_pairs(a, eps) if b is None else oracle_cross_pairs(a, b, eps)
-    assert_same_pairs(GridJoin(a, b, eps).pairs(), expected, context="chosen dims", a=a, b=b, eps=eps)
+    assert_same_pairs(GridJoin(a, b, eps, dims=dims).pairs(), expected, context=f"{dims} dims", a=a, b=b, eps=eps)
 
 
 @pytest.mark.parametrize("x, eps", [(_sparse(20000, 6, 8), 0.06), (_sparse(20000, 6, 8), 0.25),
@@ -95,38 +117,55 @@ def test_sampled_decisions_follow_the_real_count(x, eps):
                                    spec.strides, eps * eps, ids, start).mean(axis=0)
     estimate = (estimate - 1) * x.shape[0] / 2  # each point meets itself; a self-join decides each pair once
     for m in range(1, spec.k + 1):
-        real = GridJoin(x, None, eps, max_dims=m, choose_dims=False).decisions()
+        real = GridJoin(x, None, eps, dims=m).decisions()
         assert 0.5 * real <= estimate[m - 1] <= 2.0 * real + 1000, (m, estimate[m - 1], real)
 
 
 def test_sparse_data_index_fewer_dims_and_dense_data_all():
     sparse = _sparse(40000, 6, 11)  # ~0.04 pairs a point at eps 0.06: cells hold one point
-    join = GridJoin(sparse, None, 0.06)
-    assert join.spec.k < 6
-    assert GridJoin(sparse, None, 0.06, max_dims=6, choose_dims=False).spec.k == 6
-    dense = _sparse(40000, 3, 12)  # ~30 pairs a point
-    assert GridJoin(dense, None, 0.06).spec.k == 3
-    # the model prices the sparse choice below the fixed six
-    spec = choose_grid(sparse.min(0), sparse.max(0), 0.06)
-    order = order_by_cells(sparse, spec)
-    costs = model_costs(sparse, order, order, 0.06 ** 2, True)
-    assert costs[join.spec.k - 1] < costs[5]
-    assert indexed_dims(sparse, order, order, 0.06 ** 2, True) == join.spec.k
+    assert GridJoin(sparse, None, 0.06).spec.k < 6
+    dense = _sparse(400_000, 3, 12)  # ~30 pairs a point, enough rows to be weighed
+    spec = choose_grid(dense.min(0), dense.max(0), 0.0135)
+    order = order_by_cells(dense, spec)
+    costs = model_costs(dense, order, order, 0.0135 ** 2, True)
+    assert np.argmin(costs) == 2  # weighed, and all three won
+    assert GridJoin(dense, None, 0.0135).spec.k == 3
 
 
-def test_two_dims_are_not_weighed_and_empty_sides_keep_the_grid():
-    x = _sparse(5000, 2, 13)
-    assert GridJoin(x, None, 1e-4).spec.k == 2  # almost no pairs, but only two dimensions: left as they are
+def test_small_inputs_and_two_dims_are_not_weighed():
+    """Below WEIGH_FROM_NS the choice would cost more than it could save: every candidate indexed."""
+    assert GridJoin(_sparse(3000, 6, 13), None, 0.05).spec.k == 6  # sparse, but 3,000 rows
+    assert GridJoin(_sparse(5000, 2, 13), None, 1e-4).spec.k == 2  # almost no pairs, but only two dimensions
     a, b = _sparse(100, 5, 14), np.zeros((0, 5))
     assert GridJoin(a, b, 0.01).count() == 0
 
 
+def test_shares_keep_enough_query_cells():
+    """Shares are runs of whole query cells: a choice that would leave fewer than CELLS_A_SHARE a share is not made."""
+    x = _sparse(40000, 6, 11)
+    spec = choose_grid(x.min(0), x.max(0), 0.06)
+    order = order_by_cells(x, spec)
+    cells = [int(np.unique(order.sorted_ids // spec.strides[m - 1]).shape[0]) for m in range(1, 7)]
+    for parts in (1, 50, 2000):
+        m = indexed_dims(x, order, order, 0.06 ** 2, True, parts=parts)
+        assert m == 6 or cells[m - 1] >= CELLS_A_SHARE * parts, (parts, m, cells)
+    assert indexed_dims(x, order, order, 0.06 ** 2, True, parts=2000) > indexed_dims(x, order, order, 0.06 ** 2, True)
+
+
+def test_a_cell_order_makes_one_index():
+    x = _sparse(2000, 4, 18)
+    order = order_by_cells(x, choose_grid(x.min(0), x.max(0), 0.05))
+    finish_index(x, order, 2)
+    with pytest.raises(ValueError, match="finished into an index already"):
+        finish_index(x, order, 3)
+
+
 @pytest.mark.parametrize("parts", [2, 5])
-def test_shares_of_a_join_agree_on_the_dims(parts):
-    """Every share makes the same choice (a function of the data alone), so the shares partition the pairs."""
-    x = np.concatenate([_sparse(8000, 6, 15), _clustered(2000, 6, 16, spread=0.01)])
+def test_shares_of_a_chosen_join_partition_the_pairs(parts):
+    """Shares of a join large enough to be weighed (it chooses fewer dims): exactly the oracle's pairs."""
+    x = np.concatenate([_sparse(12000, 6, 15), _clustered(2000, 6, 16, spread=0.01)])
     eps = 0.05
+    assert GridJoin(x, None, eps).spec.k < 6
     kernel = get_kernel("grid", "cpu")
-    got = [kernel.self_join(x, eps, share=(s, parts)) for s in range(parts)]
-    pairs = tuple(np.concatenate([g[t] for g in got]) for t in range(3))
+    pairs = _concat([kernel.self_join(x, eps, share=(s, parts)) for s in range(parts)])
     assert_same_pairs(pairs, oracle_self_pairs(x, eps), context=f"{parts} shares", a=x, eps=eps)

@@ -424,13 +424,14 @@ class GridJoin:
     """A prepared grid join (indexes built); count, pairs or bounded batches on demand."""
 
     def __init__(self, a: np.ndarray, b: np.ndarray | None, eps: float, *, max_dims: int = 6, share=None,
-                 pattern: str = "lid-unicomp", choose_dims: bool = True):
+                 pattern: str = "lid-unicomp", dims="auto"):
         """``share``: ``(k, parts)``, only the pairs of the k-th of ``parts`` query shares
         (:mod:`.shares`: runs of query cells of about equal work; the shares partition the pairs).
-        ``pattern``: the self-join's cell access pattern, a key of :data:`PATTERNS`.  ``max_dims``: at
-        most this many dimensions indexed, those of largest spread; ``choose_dims``: fewer where the cost
-        model (:mod:`.grid_dims`) finds them cheaper, else all ``max_dims`` (the choice is a function of the
-        data alone, so every share of one join makes the same)."""
+        ``pattern``: the self-join's cell access pattern, a key of :data:`PATTERNS`.  ``max_dims``: the
+        candidate dimensions, at most this many of largest spread.  ``dims``: how many of them are indexed:
+        ``"auto"``, as many as the cost model finds cheapest (:mod:`.grid_dims`; a function of the data and
+        ``parts`` alone, so every share of one join makes the same choice); ``"all"``; or a number (the first
+        that many)."""
         self.selfjoin = b is None
         if pattern not in PATTERNS:
             raise ValueError(f"pattern must be one of {tuple(PATTERNS)}, got {pattern!r}")
@@ -444,10 +445,15 @@ class GridJoin:
             lo = hi = np.zeros(a.shape[1])
         spec = choose_grid(lo, hi, eps, max_dims=max_dims)
         self.eps2 = eps_squared(eps)
-        # sorted once by the candidate dimensions' cells; indexed by as many of them as the cost model picks
+        # sorted once by the candidate dimensions' cells; indexed by as many of them as `dims` says
         qorder = order_by_cells(a, spec)
         dorder = qorder if b is None else order_by_cells(b, spec)
-        m = indexed_dims(a, qorder, dorder, self.eps2, b is None) if choose_dims else spec.k
+        if dims == "auto":
+            m = indexed_dims(a, qorder, dorder, self.eps2, b is None, parts=share[1] if share is not None else 1)
+        elif dims == "all":
+            m = spec.k
+        else:
+            m = min(int(dims), spec.k)
         self.spec = spec.prefix(m) if m < spec.k else spec
         self.query = finish_index(a, qorder, m).as_tuple()
         self.data = self.query if b is None else finish_index(b, dorder, m).as_tuple()

@@ -3,9 +3,9 @@
 Each indexed dimension prunes exact decisions, but a cell searches 3^(k-1) rows of neighbour cells
 with k dimensions indexed, each found by look-ups.  Where cells hold about one point (small eps for
 the density, 4-d and up), the look-ups cost far more than the decisions they save: 400k uniform 6-d
-points at eps 0.06 (0.04 pairs a point) took 3.9 s with all six indexed, 0.20 s with four, and
-scipy's cKDTree 3.4 s (2-core VM).  A fixed count fits no data: at eps 0.15 five won, on 300k 8-d
-points at eps 0.25 six.
+points with one neighbour a point took 4.4 s with all six indexed and 0.37 s with four; scipy's
+cKDTree 3.5 s (2-core VM, ``bench_grid_dims.py``).  A fixed count fits no data: with 30 neighbours
+five won, on 300k 8-d points six.
 
 The model prices a choice of the first m dimensions (largest spread first, :func:`.choose_grid`) as
 
@@ -29,7 +29,7 @@ import math
 import numba
 import numpy as np
 
-from .grid_index import CellOrder, _is_dense
+from .grid_index import CellOrder, is_dense
 from .parallel_guard import serialised
 
 #: nanoseconds a dimension of an exact decision (2 threads of the 2-core VM, as the others)
@@ -41,9 +41,15 @@ SEARCH_ROW_NS = 4.6
 POINT_ROW_NS = 13.0
 #: query points sampled for the decisions' estimate
 SAMPLE = 512
-#: choices of fewer dimensions are weighed from this many candidates up (at two the rows cost little,
-#: and the 2-d and 3-d joins keep their grid); and up to this many (the sample's walk grows as 3^(m-1))
+#: choices of fewer dimensions are weighed from this many candidates up (at two the rows cost little); and up
+#: to this many (the sample's walk grows as 3^(m-1))
 CHOOSE_FROM, CHOOSE_UP_TO = 3, 8
+#: and only where the rows of all candidates would cost at least this many nanoseconds by the model (a query
+#: point's and a cell's, as if every point had a cell of its own): below, the choice's own cost (a few to tens of
+#: milliseconds) could exceed what it saves.  6-d from about 7,000 query rows, 4-d 60,000, 3-d 185,000
+WEIGH_FROM_NS = 5e7
+#: a choice of fewer dimensions keeps at least this many non-empty query cells for each query share
+CELLS_A_SHARE = 16
 
 
 @numba.njit(cache=True, nogil=True)
@@ -98,11 +104,11 @@ def _sampled_candidates(pts, dims, origin, widths, ncells, strides, eps2, cell_i
                 total += _points_in(cell_ids, cell_start, mid, mid + span)
                 reach = math.sqrt(eps2 - g)
                 if coords[last] > 0 and g + gl[last] <= eps2:
-                    share = min(1.0, (reach - math.sqrt(gl[last])) / widths[last])
-                    total += share * _points_in(cell_ids, cell_start, mid - span, mid)
+                    frac = min(1.0, (reach - math.sqrt(gl[last])) / widths[last])
+                    total += frac * _points_in(cell_ids, cell_start, mid - span, mid)
                 if coords[last] + 1 < ncells[last] and g + gu[last] <= eps2:
-                    share = min(1.0, (reach - math.sqrt(gu[last])) / widths[last])
-                    total += share * _points_in(cell_ids, cell_start, mid + span, mid + 2 * span)
+                    frac = min(1.0, (reach - math.sqrt(gu[last])) / widths[last])
+                    total += frac * _points_in(cell_ids, cell_start, mid + span, mid + 2 * span)
             out[s, last] = total
     return out
 
@@ -116,8 +122,11 @@ def _distinct_prefixes(cell_ids: np.ndarray, strides: np.ndarray) -> np.ndarray:
     return counts
 
 
-def model_costs(query: np.ndarray, qorder: CellOrder, dorder: CellOrder, eps2: float, selfjoin: bool) -> np.ndarray:
-    """The model's cost (nanoseconds) of indexing the first m = 1 .. k dimensions of the orders' grid."""
+def model_costs(query: np.ndarray, qorder: CellOrder, dorder: CellOrder, eps2: float, selfjoin: bool,
+                parts: int = 1) -> np.ndarray:
+    """The model's cost (nanoseconds) of indexing the first m = 1 .. k dimensions of the orders' grid; infinite
+    where the query side would have fewer than :data:`CELLS_A_SHARE` non-empty cells for each of ``parts``
+    shares (shares are runs of whole query cells: fewer would leave them uneven or empty)."""
     spec = qorder.spec
     k, n = spec.k, query.shape[0]
     q_ids, q_start = qorder.runs()
@@ -129,24 +138,30 @@ def model_costs(query: np.ndarray, qorder: CellOrder, dorder: CellOrder, eps2: f
                                         eps2, d_ids, d_start)
     decisions = (per_point.mean(axis=0) - (1.0 if selfjoin else 0.0)) * n  # (a sample point meets itself)
     q_cells = _distinct_prefixes(q_ids, spec.strides)
-    d_cells = _distinct_prefixes(d_ids, spec.strides)
+    d_cells = q_cells if dorder is qorder else _distinct_prefixes(d_ids, spec.strides)
     half = 0.5 if selfjoin else 1.0
     costs = np.empty(k, np.float64)
     for m in range(1, k + 1):
         rows = 3.0 ** (m - 1) * half
-        if _is_dense(spec.prefix(m), dorder.perm.shape[0]):
+        if is_dense(spec.prefix(m), dorder.perm.shape[0]):
             lookup = DENSE_ROW_NS
         else:
             lookup = SEARCH_ROW_NS * math.log2(max(2, int(d_cells[m - 1])))
         costs[m - 1] = (DECISION_NS * query.shape[1] * decisions[m - 1] * half + lookup * q_cells[m - 1] * rows
                         + POINT_ROW_NS * n * rows)
+        if parts > 1 and m < k and q_cells[m - 1] < CELLS_A_SHARE * parts:
+            costs[m - 1] = np.inf
     return costs
 
 
-def indexed_dims(query: np.ndarray, qorder: CellOrder, dorder: CellOrder, eps2: float, selfjoin: bool) -> int:
-    """How many of the grid's dimensions to index (the model's cheapest; on a tie the more)."""
-    k = qorder.spec.k
-    if k < CHOOSE_FROM or k > CHOOSE_UP_TO or query.shape[0] == 0 or dorder.perm.shape[0] == 0:
+def indexed_dims(query: np.ndarray, qorder: CellOrder, dorder: CellOrder, eps2: float, selfjoin: bool,
+                 parts: int = 1) -> int:
+    """How many of the grid's dimensions to index: the model's cheapest (on a tie the more), where the rows of
+    all of them would cost enough to weigh (:data:`WEIGH_FROM_NS`), else all."""
+    k, n = qorder.spec.k, query.shape[0]
+    if k < CHOOSE_FROM or k > CHOOSE_UP_TO or n == 0 or dorder.perm.shape[0] == 0:
         return k
-    costs = model_costs(query, qorder, dorder, eps2, selfjoin)
+    if (POINT_ROW_NS + DENSE_ROW_NS) * n * 3.0 ** (k - 1) * (0.5 if selfjoin else 1.0) < WEIGH_FROM_NS:
+        return k
+    costs = model_costs(query, qorder, dorder, eps2, selfjoin, parts)
     return int(k - np.argmin(costs[::-1]))

@@ -141,7 +141,7 @@ def _sort_cells_by(x, perm, cell_start, dim):
                 perm[s + t] = rows[order[t]]
 
 
-@dataclass(frozen=True)
+@dataclass
 class CellOrder:
     """Points of one join side in cell order of a grid (``spec``), before the index is finished: the
     order serves every grid of a prefix of its dimensions too (row-major ids: sorted by a cell id, sorted by
@@ -151,13 +151,15 @@ class CellOrder:
     perm: np.ndarray  # int64 (n,): the rows in cell order (stable)
     sorted_ids: np.ndarray  # int64 (n,): their cell ids
     dense_start: np.ndarray  # at spec's grid (counting sort), or empty
+    spent: bool = False  # finish_index took it (its perm then sorted within the index's cells)
 
     def runs(self):
         """The non-empty cells' ids and first positions (``cell_start``, with the end appended)."""
         return _runs(self.sorted_ids)
 
 
-def _is_dense(spec: GridSpec, n: int) -> bool:
+def is_dense(spec: GridSpec, n: int) -> bool:
+    """Whether a side of ``n`` points gets the dense cell table (:data:`DENSE_CELLS_PER_POINT`)."""
     return spec.k > 0 and spec.total_cells <= max(DENSE_CELLS_PER_POINT * n, 1 << 16)
 
 
@@ -169,7 +171,7 @@ def order_by_cells(x: np.ndarray, spec: GridSpec) -> CellOrder:
     else:
         with serialised():
             ids = _cell_ids(x, spec.dims, spec.origin, spec.widths, spec.ncells, spec.strides, pooled_empty(n, np.int64))
-    if _is_dense(spec, n):
+    if is_dense(spec, n):
         perm = pooled_empty(n, np.int64)
         dense_start = _counting_sort(ids, spec.total_cells, perm)
     else:
@@ -182,16 +184,20 @@ def order_by_cells(x: np.ndarray, spec: GridSpec) -> CellOrder:
 def finish_index(x: np.ndarray, order: CellOrder, m: int | None = None) -> GridIndex:
     """The index of ``x`` (sorted in ``order``) over the first ``m`` of the order's dimensions (all by default):
     the same index :func:`build_index` makes for ``order.spec.prefix(m)``.  Takes ``order.perm``."""
+    if order.spent:
+        raise ValueError("this cell order was finished into an index already (its perm is the index's now)")
+    order.spent = True
     full = order.spec
     m = full.k if m is None else m
     spec = full.prefix(m) if m < full.k else full
     n = x.shape[0]
     perm, sorted_ids, dense_start = order.perm, order.sorted_ids, order.dense_start
+    order.sorted_ids = order.dense_start = None  # (not held beyond the index they make)
     if m < full.k:
         sorted_ids = sorted_ids // (full.strides[m - 1] if m else full.total_cells)
         dense_start = np.zeros(0, np.int64)
     cell_ids, cell_start, coords = _cells_of_sorted(sorted_ids, spec.strides, spec.ncells)
-    if m < full.k and _is_dense(spec, n):
+    if m < full.k and is_dense(spec, n):
         dense_start = _dense_table(cell_ids, cell_start, spec.total_cells)
     if spec.k:
         with serialised():
