@@ -379,8 +379,9 @@ struct BulkStager {
     // issuers' state (the A run's slot and tile); then (after WG_BARRIERS) each stage's column thresholds, each A
     // slot's row thresholds, the block's tile pairs.  Only the thread that stages an item reads and writes the
     // state and the item's A slot: the warp that counts itself out of a stage last (count_out), after every other
-    // warp (acq_rel), and so after the thread that staged the item before (which counted itself out of the stage
-    // before first); its writes reach the item's readers with the stage's mbarrier.  So every other thread keeps
+    // warp (acq_rel), and so after the thread that staged the item before (which staged it before it counted itself
+    // out of this stage: tile_products_bulk stages an item once the next item's products are issued); its writes
+    // reach the item's readers with the stage's mbarrier.  So every other thread keeps
     // only the item counters (uniform across the block), and no register holds an A slot between items.
     unsigned char* bar;
     const void* mapA;
