@@ -123,10 +123,12 @@ def _distinct_prefixes(cell_ids: np.ndarray, strides: np.ndarray) -> np.ndarray:
 
 
 def model_costs(query: np.ndarray, qorder: CellOrder, dorder: CellOrder, eps2: float, selfjoin: bool,
-                parts: int = 1) -> np.ndarray:
+                parts: int = 1, one_pass_cells: int = 0) -> np.ndarray:
     """The model's cost (nanoseconds) of indexing the first m = 1 .. k dimensions of the orders' grid; infinite
     where the query side would have fewer than :data:`CELLS_A_SHARE` non-empty cells for each of ``parts``
-    shares (shares are runs of whole query cells: fewer would leave them uneven or empty)."""
+    shares (shares are runs of whole query cells: fewer would leave them uneven or empty), or fewer than
+    ``one_pass_cells`` where all dimensions give that many (the join's one pass, which writes the pairs without
+    counting them first and sorts them from its lanes, needs as many: ``grid.SAMPLE_MIN_BLOCKS``)."""
     spec = qorder.spec
     k, n = spec.k, query.shape[0]
     q_ids, q_start = qorder.runs()
@@ -151,11 +153,13 @@ def model_costs(query: np.ndarray, qorder: CellOrder, dorder: CellOrder, eps2: f
                         + POINT_ROW_NS * n * rows)
         if parts > 1 and m < k and q_cells[m - 1] < CELLS_A_SHARE * parts:
             costs[m - 1] = np.inf
+        if m < k and q_cells[m - 1] < one_pass_cells <= q_cells[k - 1]:
+            costs[m - 1] = np.inf
     return costs
 
 
 def indexed_dims(query: np.ndarray, qorder: CellOrder, dorder: CellOrder, eps2: float, selfjoin: bool,
-                 parts: int = 1) -> int:
+                 parts: int = 1, one_pass_cells: int = 0) -> int:
     """How many of the grid's dimensions to index: the model's cheapest (on a tie the more), where the rows of
     all of them would cost enough to weigh (:data:`WEIGH_FROM_NS`), else all."""
     k, n = qorder.spec.k, query.shape[0]
@@ -163,5 +167,5 @@ def indexed_dims(query: np.ndarray, qorder: CellOrder, dorder: CellOrder, eps2: 
         return k
     if (POINT_ROW_NS + DENSE_ROW_NS) * n * 3.0 ** (k - 1) * (0.5 if selfjoin else 1.0) < WEIGH_FROM_NS:
         return k
-    costs = model_costs(query, qorder, dorder, eps2, selfjoin, parts)
+    costs = model_costs(query, qorder, dorder, eps2, selfjoin, parts, one_pass_cells)
     return int(k - np.argmin(costs[::-1]))
