@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daskjoin.kernels import get_kernel
-from daskjoin.kernels.grid import CELLS_PER_BLOCK, SAMPLE_MIN_BLOCKS, GridJoin
+from daskjoin.kernels.grid import CAPACITY_SLACK, CELLS_PER_BLOCK, LANES, MAX_LANE_SKEW, SAMPLE_MIN_BLOCKS, GridJoin
 from daskjoin.kernels.registry import SortedRun
 from daskjoin.kernels.grid_dims import CELLS_A_SHARE, _sampled_candidates, indexed_dims, model_costs
 from daskjoin.kernels.grid_index import build_index, choose_grid, finish_index, order_by_cells
@@ -193,3 +193,19 @@ def test_a_choice_keeps_the_one_pass_and_its_lanes_hold_every_pair():
         assert 0.85 * real <= estimate <= 1.15 * real  # (the plain count ratio gave 0.42 of it at 400k)
         batches = list(GridJoin(x, None, eps).batches(1 << 26))
         assert len(batches) == 1 and isinstance(batches[0], SortedRun) and len(batches[0][0]) == real
+
+
+def test_one_giant_cell_bounds_the_lanes_room_and_its_overflow_is_exact():
+    """A cluster of 3,000 points in one cell among 20,000 uniform ones: the lanes' room stays within
+    MAX_LANE_SKEW of the mean lane's, the fullest lane overflows into the exact count and fill, and the pairs are
+    the oracle's."""
+    rng = np.random.default_rng(19)
+    x = np.concatenate([rng.random((20000, 3)), 0.5 + rng.random((3000, 3)) * 0.005])
+    eps = 0.02
+    join = GridJoin(x, None, eps)
+    estimate = join._estimated()
+    assert estimate is not None
+    assert join._lane_room(estimate) <= estimate * CAPACITY_SLACK * MAX_LANE_SKEW / LANES + 1025
+    assert_same_pairs(join.pairs(), oracle_self_pairs(x, eps), context="giant cell", a=x, eps=eps)
+    batches = list(GridJoin(x, None, eps).batches(1 << 20))
+    assert_same_pairs(_concat(batches), oracle_self_pairs(x, eps), context="giant cell, batches", a=x, eps=eps)

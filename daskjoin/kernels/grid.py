@@ -43,6 +43,8 @@ LANES = 64
 SAMPLE_MIN_BLOCKS = 8 * LANES
 SAMPLE_EVERY = 64
 CAPACITY_SLACK = 1.15
+#: the most a lane's room in the one pass exceeds the mean lane's (:meth:`GridJoin._lane_room`)
+MAX_LANE_SKEW = 2.0
 #: rows of at most this many dimensions are decided without a branch on the data (:func:`_visit_points`)
 SHORT_ROWS = 4
 
@@ -540,7 +542,11 @@ class GridJoin:
         loads = self._cell_loads()[self.cells]
         lanes = np.bincount((np.arange(loads.shape[0]) // CELLS_PER_BLOCK) % LANES, weights=loads, minlength=LANES)
         skew = float(lanes.max() / lanes.mean()) if lanes.mean() > 0 else 1.0
-        return int(estimate * CAPACITY_SLACK * max(1.0, skew) / LANES) + 1024
+        # every lane gets the fullest one's room: at most MAX_LANE_SKEW times the mean (a lane fuller than that,
+        # around one giant cell, overflows into the exact count and fill), and no more pairs than there can be
+        n_q, n_d = self.query[0].shape[0], self.data[0].shape[0]
+        estimate = min(estimate, n_q * (n_q - 1) / 2 if self.selfjoin else float(n_q) * n_d)
+        return int(estimate * CAPACITY_SLACK * min(MAX_LANE_SKEW, max(1.0, skew)) / LANES) + 1024
 
     def _single_pass(self, cap: int):
         """One pass over all cells into ``LANES`` buffers of ``cap`` pairs: (compacted head, cells left unfinished).
@@ -621,7 +627,7 @@ class GridJoin:
         ``estimate``: the pairs expected, where the caller knows (else sampled from the cells, where they are
         enough to sample: :meth:`batches`)."""
         max_pairs = max(1, int(max_pairs))
-        if max_pairs < LANES * 1024:
+        if max_pairs < LANES * 1024 or self.shared:  # (a share's cells are counted, then filled)
             estimate = None
         elif estimate is None:
             estimate = self._estimated()
